@@ -1,0 +1,155 @@
+"""The single `megahour` command. Thin dispatch only: logic lives in the packages."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+DEFAULT_LOCAL_INVENTORY = Path("inventories/local/hosts.yml")
+
+
+def _cmd_host_prereqs(args: argparse.Namespace, console: Console) -> int:
+    from megahour.cluster import prereqs
+
+    report = prereqs.check()
+    if report.ok:
+        console.print("[green]✓[/] host prerequisites present (podman, runc, debootstrap, podman settings)")
+        return 0
+    if args.install and prereqs.can_install():
+        prereqs.install(report, log=console.print)
+        report = prereqs.check()
+        if report.ok:
+            console.print("[green]✓[/] host prerequisites installed")
+            return 0
+    for line in report.describe():
+        console.print(f"[red]✗[/] {line}")
+    console.print(prereqs.manual_instructions(report), markup=False, highlight=False)
+    return 1
+
+
+def _spec(args: argparse.Namespace):
+    from megahour.cluster.spec import ClusterSpec
+
+    return ClusterSpec(compute_nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model)
+
+
+def _cmd_cluster_image(args: argparse.Namespace, console: Console) -> int:
+    from megahour.cluster import lifecycle
+
+    tag = lifecycle.ensure_images(console)
+    console.print(f"node image: {tag}")
+    return 0
+
+
+def _cmd_cluster_up(args: argparse.Namespace, console: Console) -> int:
+    from megahour.cluster import lifecycle
+
+    lifecycle.up(_spec(args), Path(args.inventory), console)
+    console.print("cluster is up; deploy with `ansible-playbook playbooks/site.yml` (or `make up`)")
+    return 0
+
+
+def _cmd_cluster_down(args: argparse.Namespace, console: Console) -> int:
+    from megahour.cluster import lifecycle
+    from megahour.cluster.spec import ClusterSpec
+
+    spec = ClusterSpec()
+    lifecycle.down(spec.name, spec.network, Path(args.inventory), console)
+    return 0
+
+
+def _cmd_cluster_status(args: argparse.Namespace, console: Console) -> int:
+    from megahour.cluster import lifecycle
+    from megahour.cluster.spec import ClusterSpec
+
+    hosts = lifecycle.status(ClusterSpec().name)
+    healthy = bool(hosts) and all(h.healthy for h in hosts)
+    if args.json:
+        print(json.dumps({"healthy": healthy, "hosts": [h.to_dict() for h in hosts]}, indent=2))
+        return 0 if healthy else 1
+    if not hosts:
+        console.print("no local cluster; start one with `make up`")
+        return 1
+    table = Table(title="megahour local cluster")
+    for column in ("host", "role", "container", "address", "systemd", "services", "healthy"):
+        table.add_column(column)
+    for h in hosts:
+        services = " ".join(f"{k}{'✓' if v == 'active' else '✗(' + v + ')'}" for k, v in h.services.items())
+        mark = "[green]yes[/]" if h.healthy else "[red]no[/]"
+        table.add_row(h.name, h.role, h.state, h.address or "-", h.systemd, services, mark)
+    console.print(table)
+    return 0 if healthy else 1
+
+
+def _cmd_inventory_validate(args: argparse.Namespace, console: Console) -> int:
+    from megahour.inventory.source import InventoryError, load_snapshot
+    from megahour.inventory.validate import validate
+
+    try:
+        findings = validate(load_snapshot(Path(args.inventory)))
+    except InventoryError as exc:
+        console.print(f"[red]✗[/] {exc}")
+        return 2
+    if args.json:
+        print(json.dumps({"ok": not findings, "findings": [f.to_dict() for f in findings]}, indent=2))
+    elif findings:
+        for f in findings:
+            console.print(f"[red]✗[/] {f.render()}", markup=True, highlight=False)
+    else:
+        console.print(f"[green]✓[/] {args.inventory}: valid")
+    return 1 if findings else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    host = sub.add_parser("host", help="this machine (the control node)").add_subparsers(dest="sub", required=True)
+    p = host.add_parser("prereqs", help="check (and with --install, install) podman, runc, debootstrap")
+    p.add_argument("--install", action="store_true", help="install what is missing (root on Debian/Ubuntu)")
+    p.set_defaults(func=_cmd_host_prereqs)
+
+    cluster = sub.add_parser("cluster", help="the local podman cluster").add_subparsers(dest="sub", required=True)
+    p = cluster.add_parser("image", help="build the node image (cached by recipe)")
+    p.set_defaults(func=_cmd_cluster_image)
+    p = cluster.add_parser("up", help="create the containers and write the local inventory")
+    p.add_argument("--nodes", type=int, default=2, help="compute nodes (default 2)")
+    p.add_argument("--gpus-per-node", type=int, default=2, help="fake GPUs per compute node (default 2)")
+    p.add_argument("--gpu-model", default="h100", help="GPU model profile of the fake GPUs (default h100)")
+    p.set_defaults(func=_cmd_cluster_up)
+    p = cluster.add_parser("down", help="remove the containers, network and local inventory")
+    p.set_defaults(func=_cmd_cluster_down)
+    p = cluster.add_parser("status", help="hosts, addresses and service health")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_cluster_status)
+    for p in (cluster.choices["up"], cluster.choices["down"]):
+        p.add_argument("--inventory", default=str(DEFAULT_LOCAL_INVENTORY), help="generated inventory file")
+
+    inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)
+    p = inv.add_parser("validate", help="check an inventory before deploying")
+    p.add_argument("-i", "--inventory", required=True, help="inventory directory or file")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_inventory_validate)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    console = Console(stderr=bool(getattr(args, "json", False)))
+    from megahour.cluster.podman import PodmanError
+    from megahour.cluster.spec import SpecError
+
+    try:
+        return args.func(args, console)
+    except (PodmanError, SpecError) as exc:
+        console.print(f"[red]error:[/] {exc}", highlight=False)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

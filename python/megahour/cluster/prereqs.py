@@ -1,0 +1,101 @@
+"""Host prerequisites for the local cluster: podman, runc, debootstrap, containers.conf.
+
+On this project's machines podman needs three settings (see docs/local-cluster.md):
+runc instead of crun (crun fails on hybrid cgroups), rlimits the host can grant
+(podman's defaults fail with EPERM), and nothing else by hand. They live in a
+drop-in file we own, so the host's own containers.conf is never edited.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from megahour.atomicio import atomic_write_text
+
+REQUIRED_COMMANDS: dict[str, str] = {  # command -> Debian package
+    "podman": "podman",
+    "runc": "runc",
+    "debootstrap": "debootstrap",
+}
+DROPIN_PATH = Path("/etc/containers/containers.conf.d/50-megahour.conf")
+DROPIN_TEXT = """\
+# Managed by megahour (`megahour host prereqs --install`); edits are overwritten.
+# runc: crun fails here with "cgroups in hybrid mode not supported".
+# default_ulimits: podman's defaults exceed what an unprivileged host grants
+# (setrlimit EPERM); these values were measured to work.
+[containers]
+default_ulimits = ["nofile=20000:20000", "nproc=4096:4096"]
+
+[engine]
+runtime = "runc"
+"""
+
+
+@dataclass
+class PrereqReport:
+    missing_commands: list[str] = field(default_factory=list)
+    dropin_ok: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing_commands and self.dropin_ok
+
+    def describe(self) -> list[str]:
+        lines = []
+        for cmd in self.missing_commands:
+            lines.append(f"missing command `{cmd}` (Debian/Ubuntu package: {REQUIRED_COMMANDS[cmd]})")
+        if not self.dropin_ok:
+            lines.append(f"podman settings missing: {DROPIN_PATH} must contain the megahour drop-in")
+        return lines
+
+
+def check(dropin: Path = DROPIN_PATH) -> PrereqReport:
+    report = PrereqReport()
+    report.missing_commands = [c for c in REQUIRED_COMMANDS if shutil.which(c) is None]
+    try:
+        report.dropin_ok = dropin.read_text() == DROPIN_TEXT
+    except OSError:
+        report.dropin_ok = False
+    return report
+
+
+def is_debian_like(os_release: str) -> bool:
+    fields = dict(
+        line.split("=", 1) for line in os_release.splitlines() if "=" in line and not line.startswith("#")
+    )
+    ids = {fields.get("ID", "").strip('"')} | set(fields.get("ID_LIKE", "").strip('"').split())
+    return bool(ids & {"debian", "ubuntu"})
+
+
+def manual_instructions(report: PrereqReport) -> str:
+    pkgs = " ".join(REQUIRED_COMMANDS[c] for c in report.missing_commands) or "(none)"
+    return (
+        "The local cluster needs podman, runc and debootstrap, plus podman settings.\n"
+        f"  install the packages: {pkgs} (Debian/Ubuntu: apt-get install {pkgs})\n"
+        f"  write {DROPIN_PATH} with:\n\n{DROPIN_TEXT}\n"
+        "Or run `make prereqs` as root on a Debian/Ubuntu host, which does both."
+    )
+
+
+def install(report: PrereqReport, log=print, dropin: Path = DROPIN_PATH) -> None:
+    """Install what ``report`` says is missing. Only for root on Debian-like hosts."""
+    if report.missing_commands:
+        pkgs = [REQUIRED_COMMANDS[c] for c in report.missing_commands]
+        log(f"installing host packages: {' '.join(pkgs)}")
+        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+        subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
+        subprocess.run(["apt-get", "install", "-y", "-q", *pkgs], check=True, env=env)
+    if atomic_write_text(dropin, DROPIN_TEXT):
+        log(f"wrote podman settings to {dropin}")
+
+
+def can_install() -> bool:
+    try:
+        release = Path("/etc/os-release").read_text()
+    except OSError:
+        return False
+    return os.geteuid() == 0 and is_debian_like(release) and shutil.which("apt-get") is not None
