@@ -1,8 +1,10 @@
 #!/usr/bin/python
-# -*- coding: utf-8 -*-
 """Ansible module: validate the inventory contract with megahour's own rules."""
 
 from __future__ import annotations
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.megahour_runtime import import_megahour
 
 DOCUMENTATION = r"""
 ---
@@ -41,9 +43,6 @@ messages:
   type: list
   elements: str
 """
-
-from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.megahour_runtime import import_megahour
 
 
 def main():

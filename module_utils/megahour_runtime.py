@@ -1,4 +1,3 @@
-# -*- coding: utf-8 -*-
 """Shared helper for megahour's Ansible modules: import the megahour package or fail clearly.
 
 Modules stay thin: they parse arguments and call megahour functions, so no rule
@@ -18,9 +17,9 @@ def import_megahour(module, name):
     except ImportError as exc:
         module.fail_json(
             msg=(
-                "the megahour Python package is not importable by %s (%s). "
+                f"the megahour Python package is not importable by {module._name} ({exc}). "
                 "On the control node run `make venv` and use .venv/bin/ansible-playbook; "
-                "on cluster nodes deploy the runtime role first." % (module._name, exc)
+                "on cluster nodes deploy the runtime role first."
             )
         )
         raise  # unreachable: fail_json exits

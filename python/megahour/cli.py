@@ -109,12 +109,16 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    host = sub.add_parser("host", help="this machine (the control node)").add_subparsers(dest="sub", required=True)
+    host = sub.add_parser("host", help="this machine (the control node)").add_subparsers(
+        dest="sub", required=True
+    )
     p = host.add_parser("prereqs", help="check (and with --install, install) podman, runc, debootstrap")
     p.add_argument("--install", action="store_true", help="install what is missing (root on Debian/Ubuntu)")
     p.set_defaults(func=_cmd_host_prereqs)
 
-    cluster = sub.add_parser("cluster", help="the local podman cluster").add_subparsers(dest="sub", required=True)
+    cluster = sub.add_parser("cluster", help="the local podman cluster").add_subparsers(
+        dest="sub", required=True
+    )
     p = cluster.add_parser("image", help="build the node image (cached by recipe)")
     p.set_defaults(func=_cmd_cluster_image)
     p = cluster.add_parser("up", help="create the containers and write the local inventory")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -68,10 +69,11 @@ def _deb822_uris(text: str, suite: str) -> list[str]:
 def _one_line_uris(text: str, suite: str) -> list[str]:
     uris: list[str] = []
     for line in text.splitlines():
-        words = line.split("#", 1)[0].split()
+        # Drop the optional "[arch=amd64 signed-by=...]" block, which may hold spaces.
+        words = re.sub(r"\[[^\]]*\]", " ", line.split("#", 1)[0]).split()
         if words[:1] != ["deb"]:
             continue
-        words = [w for w in words[1:] if not w.startswith("[")]
+        words = words[1:]
         if len(words) >= 3 and words[1] == suite and "main" in words[2:]:
             uris.append(words[0])
     return uris
@@ -89,7 +91,9 @@ class BaseRecipe:
 
     @property
     def digest(self) -> str:
-        return _digest({"v": RECIPE_VERSION, "suite": self.suite, "variant": self.variant, "mirror": self.mirror})
+        return _digest(
+            {"v": RECIPE_VERSION, "suite": self.suite, "variant": self.variant, "mirror": self.mirror}
+        )
 
     def debootstrap_args(self, target: Path) -> list[str]:
         args = ["debootstrap", f"--variant={self.variant}", self.suite, str(target)]
@@ -106,7 +110,9 @@ class NodeRecipe:
 
     @property
     def digest(self) -> str:
-        certs = {name: hashlib.sha256(body).hexdigest() for name, body in sorted(self.ca_certificates.items())}
+        certs = {
+            name: hashlib.sha256(body).hexdigest() for name, body in sorted(self.ca_certificates.items())
+        }
         # The Containerfile text covers the base tag and the packages; hashing it
         # means any edit to the recipe rebuilds the image.
         return _digest({"v": RECIPE_VERSION, "containerfile": self._body(), "certs": certs})

@@ -18,7 +18,11 @@ from megahour.cluster.images import BaseRecipe, NodeRecipe, debian_mirror_from_s
 from megahour.cluster.spec import CLUSTER_LABEL, EXPECTED_SERVICES, ROLE_LABEL, ClusterSpec
 
 HOST_CA_GLOB = "/usr/local/share/ca-certificates/**/*.crt"
-APT_SOURCE_GLOBS = ("/etc/apt/sources.list", "/etc/apt/sources.list.d/*.list", "/etc/apt/sources.list.d/*.sources")
+APT_SOURCE_GLOBS = (
+    "/etc/apt/sources.list",
+    "/etc/apt/sources.list.d/*.list",
+    "/etc/apt/sources.list.d/*.sources",
+)
 SYSTEMD_BOOT_TIMEOUT_S = 90
 
 
@@ -70,8 +74,9 @@ def _build_base(console: Console, base: BaseRecipe) -> None:
             raise podman.PodmanError(f"debootstrap failed (exit {proc.returncode}):\n{tail}")
         with console.status(f"podman import → {base.tag}"):
             tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-            imp = subprocess.run(["podman", "import", "-", base.tag], stdin=tar.stdout, capture_output=True,
-                                 check=False)
+            imp = subprocess.run(
+                ["podman", "import", "-", base.tag], stdin=tar.stdout, capture_output=True, check=False
+            )
             tar.wait()
         if imp.returncode != 0 or tar.returncode != 0:
             raise podman.PodmanError(f"podman import failed: {imp.stderr.decode(errors='replace')}")
@@ -87,8 +92,11 @@ def _build_node(console: Console, recipe: NodeRecipe) -> None:
             (ctx / "ca" / name).write_bytes(body)
         (ctx / "Containerfile").write_text(recipe.containerfile())
         with console.status(f"podman build → {recipe.tag}"):
-            proc = subprocess.run(["podman", "build", "--tag", recipe.tag, "--file", str(ctx / "Containerfile"),
-                                   str(ctx)], capture_output=True, check=False)
+            proc = subprocess.run(
+                ["podman", "build", "--tag", recipe.tag, "--file", str(ctx / "Containerfile"), str(ctx)],
+                capture_output=True,
+                check=False,
+            )
         if proc.returncode != 0:
             out = (proc.stdout + proc.stderr).decode(errors="replace")[-4000:]
             raise podman.PodmanError(f"podman build of {recipe.tag} failed:\n{out}")
@@ -129,7 +137,7 @@ def _remove_extra_nodes(spec: ClusterSpec, console: Console) -> None:
         name = entry["Names"][0]
         if name not in wanted:
             podman.podman(["rm", "--force", name])
-            console.print(f"[yellow]−[/] removed {name} (not in the requested shape)")
+            console.print(f"[yellow]-[/] removed {name} (not in the requested shape)")
 
 
 def _wait_for_systemd(name: str, console: Console) -> None:
@@ -184,14 +192,18 @@ class HostStatus:
 
 def status(spec_name: str) -> list[HostStatus]:
     result = []
-    for entry in sorted(podman.containers_with_label(f"{CLUSTER_LABEL}={spec_name}"), key=lambda e: e["Names"][0]):
+    for entry in sorted(
+        podman.containers_with_label(f"{CLUSTER_LABEL}={spec_name}"), key=lambda e: e["Names"][0]
+    ):
         name = entry["Names"][0]
         info = podman.inspect_container(name)
         role = info["Config"]["Labels"].get(ROLE_LABEL, "unknown")
         running = info["State"]["Running"]
         networks = info.get("NetworkSettings", {}).get("Networks", {}) or {}
         address = next((n.get("IPAddress") for n in networks.values() if n.get("IPAddress")), None)
-        host = HostStatus(name, role, "running" if running else info["State"]["Status"], address, "unreachable")
+        host = HostStatus(
+            name, role, "running" if running else info["State"]["Status"], address, "unreachable"
+        )
         if running:
             host.systemd = podman.exec_in(name, ["systemctl", "is-system-running"]).stdout.decode().strip()
             for service in EXPECTED_SERVICES.get(role, ()):

@@ -11,13 +11,16 @@ class PodmanError(RuntimeError):
     """A podman command failed; the message carries the command and its stderr."""
 
 
-def podman(args: Sequence[str], *, check: bool = True, input_bytes: bytes | None = None,
-           capture: bool = True) -> subprocess.CompletedProcess:
+def podman(
+    args: Sequence[str], *, check: bool = True, input_bytes: bytes | None = None, capture: bool = True
+) -> subprocess.CompletedProcess:
     cmd = ["podman", *args]
     try:
         proc = subprocess.run(cmd, input=input_bytes, capture_output=capture, check=False)
     except FileNotFoundError as exc:
-        raise PodmanError("podman is not installed; run `make prereqs` (or `megahour host prereqs --install`)") from exc
+        raise PodmanError(
+            "podman is not installed; run `make prereqs` (or `megahour host prereqs --install`)"
+        ) from exc
     if check and proc.returncode != 0:
         err = (proc.stderr or b"").decode(errors="replace").strip() if capture else ""
         raise PodmanError(f"`{' '.join(cmd)}` failed with exit code {proc.returncode}: {err}")
@@ -51,6 +54,8 @@ def containers_with_label(label: str) -> list[dict]:
 
 def exec_in(name: str, args: Sequence[str], *, timeout: float = 30) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(["podman", "exec", name, *args], capture_output=True, timeout=timeout, check=False)
+        return subprocess.run(
+            ["podman", "exec", name, *args], capture_output=True, timeout=timeout, check=False
+        )
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(args, 124, b"", b"timed out")

@@ -39,6 +39,7 @@ runtime = "runc"
 class PrereqReport:
     missing_commands: list[str] = field(default_factory=list)
     dropin_ok: bool = False
+    dropin: Path = DROPIN_PATH
 
     @property
     def ok(self) -> bool:
@@ -49,12 +50,12 @@ class PrereqReport:
         for cmd in self.missing_commands:
             lines.append(f"missing command `{cmd}` (Debian/Ubuntu package: {REQUIRED_COMMANDS[cmd]})")
         if not self.dropin_ok:
-            lines.append(f"podman settings missing: {DROPIN_PATH} must contain the megahour drop-in")
+            lines.append(f"podman settings missing: {self.dropin} must contain the megahour drop-in")
         return lines
 
 
 def check(dropin: Path = DROPIN_PATH) -> PrereqReport:
-    report = PrereqReport()
+    report = PrereqReport(dropin=dropin)
     report.missing_commands = [c for c in REQUIRED_COMMANDS if shutil.which(c) is None]
     try:
         report.dropin_ok = dropin.read_text() == DROPIN_TEXT
@@ -76,7 +77,7 @@ def manual_instructions(report: PrereqReport) -> str:
     return (
         "The local cluster needs podman, runc and debootstrap, plus podman settings.\n"
         f"  install the packages: {pkgs} (Debian/Ubuntu: apt-get install {pkgs})\n"
-        f"  write {DROPIN_PATH} with:\n\n{DROPIN_TEXT}\n"
+        f"  write {report.dropin} with:\n\n{DROPIN_TEXT}\n"
         "Or run `make prereqs` as root on a Debian/Ubuntu host, which does both."
     )
 

@@ -30,18 +30,16 @@ def snapshot_from_listing(listing: dict[str, Any]) -> dict[str, Any]:
     for group in listing:
         if group != "_meta":
             groups[group] = hosts_of(group)
-    hosts = {
-        host: {k: v for k, v in hv.items() if k.startswith(VAR_PREFIX)}
-        for host, hv in hostvars.items()
-    }
+    hosts = {host: {k: v for k, v in hv.items() if k.startswith(VAR_PREFIX)} for host, hv in hostvars.items()}
     for host in groups.get("all", []):
         hosts.setdefault(host, {})
     return {"groups": groups, "hosts": hosts}
 
 
 def load_snapshot(inventory: Path) -> dict[str, Any]:
-    proc = subprocess.run(["ansible-inventory", "-i", str(inventory), "--list"], capture_output=True,
-                          check=False, text=True)
+    proc = subprocess.run(
+        ["ansible-inventory", "-i", str(inventory), "--list"], capture_output=True, check=False, text=True
+    )
     if proc.returncode != 0:
         raise InventoryError(f"ansible-inventory could not read {inventory}: {proc.stderr.strip()}")
     return snapshot_from_listing(json.loads(proc.stdout))

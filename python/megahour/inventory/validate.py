@@ -43,34 +43,43 @@ def validate(snapshot: dict[str, Any]) -> list[Finding]:
 
     controllers = groups.get(CONTROLLER_GROUP)
     if controllers is None:
-        findings.append(Finding(
-            f"groups.{CONTROLLER_GROUP}",
-            "the inventory has no controller group",
-            f"add a '{CONTROLLER_GROUP}' group holding the Slurm controller host "
-            "(see inventories/example-baremetal-h100/hosts.yml)",
-        ))
+        findings.append(
+            Finding(
+                f"groups.{CONTROLLER_GROUP}",
+                "the inventory has no controller group",
+                f"add a '{CONTROLLER_GROUP}' group holding the Slurm controller host "
+                "(see inventories/example-baremetal-h100/hosts.yml)",
+            )
+        )
     elif len(controllers) != 1:
-        findings.append(Finding(
-            f"groups.{CONTROLLER_GROUP}",
-            f"the controller group has {len(controllers)} hosts ({', '.join(controllers) or 'none'})",
-            "put exactly one host in the controller group (HA controllers are not supported yet)",
-        ))
+        findings.append(
+            Finding(
+                f"groups.{CONTROLLER_GROUP}",
+                f"the controller group has {len(controllers)} hosts ({', '.join(controllers) or 'none'})",
+                "put exactly one host in the controller group (HA controllers are not supported yet)",
+            )
+        )
 
     compute = groups.get(COMPUTE_GROUP) or []
     if not compute:
-        findings.append(Finding(
-            f"groups.{COMPUTE_GROUP}",
-            "the inventory declares zero compute nodes",
-            f"add at least one GPU host to the '{COMPUTE_GROUP}' group",
-        ))
+        findings.append(
+            Finding(
+                f"groups.{COMPUTE_GROUP}",
+                "the inventory declares zero compute nodes",
+                f"add at least one GPU host to the '{COMPUTE_GROUP}' group",
+            )
+        )
 
     for host in sorted(set(controllers or []) | set(compute)):
         if not NODE_NAME_RE.match(host):
-            findings.append(Finding(
-                "inventory_hostname", f"'{host}' is not a valid Slurm node name",
-                "use the short host name as the inventory name and put the address in ansible_host",
-                host,
-            ))
+            findings.append(
+                Finding(
+                    "inventory_hostname",
+                    f"'{host}' is not a valid Slurm node name",
+                    "use the short host name as the inventory name and put the address in ansible_host",
+                    host,
+                )
+            )
 
     for host in compute:
         findings += _check_compute_host(host, hostvars.get(host, {}))
@@ -83,67 +92,92 @@ def _check_compute_host(host: str, hv: dict[str, Any]) -> list[Finding]:
     findings: list[Finding] = []
     gpu = hv.get("megahour_gpu")
     if not isinstance(gpu, dict):
-        findings.append(Finding(
-            "megahour_gpu", "is not set for this compute node",
-            f"set megahour_gpu: {{model: <one of {', '.join(known_models())}>, count: <GPUs per node>}} "
-            "in group_vars/compute.yml",
-            host,
-        ))
+        findings.append(
+            Finding(
+                "megahour_gpu",
+                "is not set for this compute node",
+                f"set megahour_gpu: {{model: <one of {', '.join(known_models())}>, count: <GPUs per node>}} "
+                "in group_vars/compute.yml",
+                host,
+            )
+        )
     else:
         model = gpu.get("model")
         profile = PROFILES.get(str(model).lower()) if model is not None else None
         if profile is None:
-            findings.append(Finding(
-                "megahour_gpu.model", f"unknown GPU model {model!r}",
-                f"use one of {', '.join(known_models())}, or add a profile in "
-                "python/megahour/inventory/profiles.py",
-                host,
-            ))
+            findings.append(
+                Finding(
+                    "megahour_gpu.model",
+                    f"unknown GPU model {model!r}",
+                    f"use one of {', '.join(known_models())}, or add a profile in "
+                    "python/megahour/inventory/profiles.py",
+                    host,
+                )
+            )
         count = gpu.get("count")
         if not isinstance(count, int) or isinstance(count, bool) or count < 1:
-            findings.append(Finding(
-                "megahour_gpu.count", f"{count!r} is not a positive whole number of GPUs",
-                "set megahour_gpu.count to the GPUs per node, for example 8", host,
-            ))
+            findings.append(
+                Finding(
+                    "megahour_gpu.count",
+                    f"{count!r} is not a positive whole number of GPUs",
+                    "set megahour_gpu.count to the GPUs per node, for example 8",
+                    host,
+                )
+            )
         elif profile is not None and count not in profile.counts_per_node:
-            findings.append(Finding(
-                "megahour_gpu.count",
-                f"{count} GPUs per node does not match the {profile.model} profile "
-                f"({', '.join(map(str, profile.counts_per_node))})",
-                f"set megahour_gpu.count to one of {', '.join(map(str, profile.counts_per_node))}",
-                host,
-            ))
+            findings.append(
+                Finding(
+                    "megahour_gpu.count",
+                    f"{count} GPUs per node does not match the {profile.model} profile "
+                    f"({', '.join(map(str, profile.counts_per_node))})",
+                    f"set megahour_gpu.count to one of {', '.join(map(str, profile.counts_per_node))}",
+                    host,
+                )
+            )
 
     fabric = hv.get("megahour_fabric")
     if not isinstance(fabric, dict) or fabric.get("type") not in FABRIC_TYPES:
-        findings.append(Finding(
-            "megahour_fabric.type", f"must be one of {', '.join(FABRIC_TYPES)} (got {fabric!r})",
-            "set megahour_fabric: {type: infiniband, interface: ib0} (or roce/ethernet, or none "
-            "for a single-node test box) in group_vars/compute.yml",
-            host,
-        ))
+        findings.append(
+            Finding(
+                "megahour_fabric.type",
+                f"must be one of {', '.join(FABRIC_TYPES)} (got {fabric!r})",
+                "set megahour_fabric: {type: infiniband, interface: ib0} (or roce/ethernet, or none "
+                "for a single-node test box) in group_vars/compute.yml",
+                host,
+            )
+        )
     elif fabric["type"] != "none" and not fabric.get("interface"):
-        findings.append(Finding(
-            "megahour_fabric.interface", f"a {fabric['type']} fabric needs its interface name",
-            "set megahour_fabric.interface to the NIC NCCL should use (for example ib0 or ens8f0)",
-            host,
-        ))
+        findings.append(
+            Finding(
+                "megahour_fabric.interface",
+                f"a {fabric['type']} fabric needs its interface name",
+                "set megahour_fabric.interface to the NIC NCCL should use (for example ib0 or ens8f0)",
+                host,
+            )
+        )
 
     nvme = hv.get("megahour_nvme_devices", [])
     if not isinstance(nvme, list) or not all(isinstance(d, str) and d.startswith("/") for d in nvme):
-        findings.append(Finding(
-            "megahour_nvme_devices", f"must be a list of absolute paths (got {nvme!r})",
-            "list the NVMe block devices or directories, for example [/dev/nvme0n1, /dev/nvme1n1]",
-            host,
-        ))
+        findings.append(
+            Finding(
+                "megahour_nvme_devices",
+                f"must be a list of absolute paths (got {nvme!r})",
+                "list the NVMe block devices or directories, for example [/dev/nvme0n1, /dev/nvme1n1]",
+                host,
+            )
+        )
     return findings
 
 
 def _check_os(host: str, hv: dict[str, Any]) -> list[Finding]:
     os_name = hv.get("megahour_os")
     if os_name is not None and os_name not in SUPPORTED_OS:
-        return [Finding(
-            "megahour_os", f"unsupported operating system {os_name!r}",
-            f"use one of {', '.join(SUPPORTED_OS)}", host,
-        )]
+        return [
+            Finding(
+                "megahour_os",
+                f"unsupported operating system {os_name!r}",
+                f"use one of {', '.join(SUPPORTED_OS)}",
+                host,
+            )
+        ]
     return []

@@ -1,0 +1,72 @@
+# megahour: `make up` stands up the local cluster and deploys onto it;
+# `make test` runs everything (lint, unit, integration, molecule).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(CURDIR)/$(VENV)/bin
+export PATH := $(BIN):$(PATH)
+# molecule and ansible read the project's ansible.cfg from here.
+export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
+NODES ?= 2
+GPUS_PER_NODE ?= 2
+
+.PHONY: help venv prereqs image up deploy down status test lint unit integration molecule bench-deploy clean
+
+help: ## List the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
+
+venv: $(VENV)/.installed ## Create .venv with the pinned toolchain and megahour itself
+
+$(VENV)/.installed: pyproject.toml
+	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv; \
+	  else echo "error: $(PYTHON) cannot create virtual environments; install python3-venv" >&2; exit 1; fi; \
+	fi
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+prereqs: venv ## Install podman, runc, debootstrap and podman settings (root on Debian/Ubuntu)
+	megahour host prereqs --install
+
+image: prereqs ## Build the node image (cached by recipe)
+	megahour cluster image
+
+up: prereqs ## Stand up the local cluster and deploy site.yml onto it
+	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE)
+	ansible-playbook playbooks/site.yml
+	megahour cluster status
+
+deploy: venv ## Deploy site.yml onto the running local cluster
+	ansible-playbook playbooks/site.yml
+
+down: venv ## Remove the local cluster's containers, network and inventory
+	megahour cluster down
+
+status: venv ## Show hosts, addresses and service health
+	megahour cluster status
+
+lint: venv ## ruff and ansible-lint (production profile, no skip list)
+	ruff check python tests benchmarks library module_utils
+	ruff format --check python tests benchmarks library module_utils
+	ansible-lint
+
+unit: venv ## Unit and property tests (no containers)
+	pytest -m "not integration and not molecule"
+
+integration: venv ## Tests that run ansible-playbook/ansible-inventory locally
+	pytest -m integration
+
+molecule: prereqs ## The molecule `cluster` scenario alone
+	pytest -m molecule
+
+test: prereqs lint ## Everything: lint, unit, integration and molecule; ends with pytest's summary
+	pytest
+
+bench-deploy: prereqs ## Time `make up` on a cold and a warm image cache
+	python benchmarks/deploy.py --json benchmarks/results/deploy.json
+
+clean: ## Remove the venv and caches (not the cluster: use `make down`)
+	rm -rf $(VENV) .cache .pytest_cache .ruff_cache

@@ -1,0 +1,49 @@
+import pytest
+import yaml
+
+from megahour.cluster.spec import ClusterSpec, SpecError
+
+
+def test_default_shape_is_controller_and_two_gpu_nodes():
+    spec = ClusterSpec()
+    assert [(h.name, h.role, h.gpus) for h in spec.hosts] == [
+        ("ctl", "controller", 0),
+        ("gpu-1", "compute", 2),
+        ("gpu-2", "compute", 2),
+    ]
+
+
+def test_node_count_is_configurable():
+    assert [h.name for h in ClusterSpec(compute_nodes=4).hosts][-1] == "gpu-4"
+
+
+@pytest.mark.parametrize(
+    "kwargs,needle",
+    [
+        ({"compute_nodes": 0}, "--nodes 1 or more"),
+        ({"compute_nodes": 40}, "--nodes 16 or fewer"),
+        ({"gpus_per_node": 9}, "--gpus-per-node between 0 and 8"),
+    ],
+)
+def test_impossible_shapes_name_the_flag_to_fix(kwargs, needle):
+    with pytest.raises(SpecError, match=needle):
+        ClusterSpec(**kwargs)
+
+
+def test_run_args_boot_systemd_and_map_fake_gpus_as_char_devices():
+    spec = ClusterSpec(gpus_per_node=3)
+    args = spec.run_args(spec.hosts[1])
+    assert "--systemd=always" in args
+    assert args[-2:] == [spec.image, "/sbin/init"]
+    devices = [args[i + 1] for i, a in enumerate(args) if a == "--device"]
+    assert devices == ["/dev/null:/dev/nvidia0", "/dev/null:/dev/nvidia1", "/dev/null:/dev/nvidia2"]
+    assert "--device" not in spec.run_args(spec.hosts[0])
+
+
+def test_inventory_groups_and_gpu_vars():
+    inv = yaml.safe_load(ClusterSpec(compute_nodes=3, gpus_per_node=4, gpu_model="h200").inventory_yaml())
+    cluster = inv["all"]["children"]["cluster"]
+    assert list(cluster["children"]["controller"]["hosts"]) == ["ctl"]
+    assert list(cluster["children"]["compute"]["hosts"]) == ["gpu-1", "gpu-2", "gpu-3"]
+    assert cluster["children"]["compute"]["vars"]["megahour_gpu"] == {"model": "h200", "count": 4}
+    assert cluster["vars"]["ansible_connection"] == "containers.podman.podman"

@@ -1,0 +1,35 @@
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def tool(name: str) -> str:
+    """A console script from this venv (ansible-playbook, molecule, megahour)."""
+    path = BIN / name
+    return str(path) if path.exists() else (shutil.which(name) or name)
+
+
+@pytest.fixture
+def run():
+    def _run(args, *, cwd=REPO, env=None, timeout=300):
+        full_env = dict(
+            os.environ,
+            ANSIBLE_CONFIG=str(REPO / "ansible.cfg"),
+            ANSIBLE_NOCOLOR="1",
+            PATH=f"{BIN}:{os.environ.get('PATH', '')}",
+        )
+        full_env.update(env or {})
+        return subprocess.run(
+            args, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    return _run

@@ -1,0 +1,54 @@
+"""The nvidia-smi test double: fixture bytes out, and fail closed on anything else."""
+
+import json
+import subprocess
+import sys
+
+from tests.conftest import REPO
+
+ROLE_FILES = REPO / "roles" / "slurm_node" / "files"
+DOUBLE = ROLE_FILES / "nvidia-smi-double"
+FIXTURES = ROLE_FILES / "fake-gpu" / "h100-healthy"
+
+
+def smi(args, fixture_dir):
+    return subprocess.run(
+        [sys.executable, str(DOUBLE), *args],
+        capture_output=True,
+        check=False,
+        env={"MEGAHOUR_FAKE_GPU_DIR": str(fixture_dir)},
+    )
+
+
+def test_every_mapped_command_prints_its_fixture_byte_exact():
+    commands = json.loads((FIXTURES / "commands.json").read_text())
+    assert commands, "the fixture set maps no command"
+    for args, entry in commands.items():
+        proc = smi(args.split(" "), FIXTURES)
+        assert proc.returncode == entry["rc"]
+        assert proc.stdout == (FIXTURES / entry["stdout"]).read_bytes()
+
+
+def test_fixture_keeps_real_spacing_and_units():
+    row0 = (FIXTURES / "query-gpu-8xH100-row0.csv").read_text()
+    header, row = row0.splitlines()
+    assert "memory.total [MiB], " in header and "power.draw.average [W]" in header
+    assert row.startswith("2024/03/15 13:57:59.791, 0, NVIDIA H100 80GB HBM3, 00000000:0A:00.0, 535.161.07, ")
+
+
+def test_unknown_arguments_fail_instead_of_guessing():
+    proc = smi(["-q"], FIXTURES)
+    assert proc.returncode != 0 and proc.stdout == b""
+    assert b"no fixture for arguments '-q'" in proc.stderr
+
+
+def test_missing_fixture_directory_looks_like_a_missing_driver(tmp_path):
+    proc = smi(["-L"], tmp_path / "absent")
+    assert proc.returncode == 9
+    assert b"couldn't communicate with the NVIDIA driver" in proc.stderr
+
+
+def test_swapped_fixture_injects_a_fault(tmp_path):
+    (tmp_path / "ecc.csv").write_text("0, 3, Enabled, Enabled\n")
+    (tmp_path / "commands.json").write_text(json.dumps({"--probe": {"stdout": "ecc.csv", "rc": 0}}))
+    assert smi(["--probe"], tmp_path).stdout == b"0, 3, Enabled, Enabled\n"
