@@ -6,6 +6,7 @@ streamed so a long run shows progress; the log is kept under .cache/.
 """
 
 import os
+import re
 import subprocess
 
 import pytest
@@ -14,6 +15,9 @@ from tests.conftest import BIN, REPO, tool
 
 pytestmark = pytest.mark.molecule
 LOG = REPO / ".cache" / "molecule-cluster.log"
+# Molecule's stage lines: "[cluster > converge] Executing" without a terminal,
+# "cluster ➜ converge: Executing" with one.
+STAGE = re.compile(r"(\[cluster > |cluster ➜ )\w+")
 
 
 def test_cluster_scenario(capsys):
@@ -43,10 +47,10 @@ def test_cluster_scenario(capsys):
         for line in proc.stdout:
             log.write(line)
             lines.append(line)
-            if "cluster ➜" in line or "PLAY RECAP" in line or "fatal:" in line:
+            if STAGE.search(line) or "fatal:" in line:
                 print(f"  molecule | {line.rstrip()}", flush=True)
         rc = proc.wait()
     output = "".join(lines)
     assert rc == 0, f"molecule failed (full log: {LOG}):\n" + "".join(lines[-150:])
-    assert "idempotence: Executed: Successful" in output
-    assert "verify: Executed: Successful" in output
+    for stage in ("converge", "idempotence", "check", "verify"):
+        assert re.search(rf"{stage}\]?:? Executed: Successful", output), f"molecule did not pass {stage}"

@@ -1,0 +1,90 @@
+"""slurm_client's slurm.conf template, rendered by ansible-playbook on this machine."""
+
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, tool
+
+pytestmark = pytest.mark.integration
+PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_slurm_conf.yml"
+
+
+@pytest.fixture
+def render(run, tmp_path):
+    local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
+    inventory = {
+        "all": {
+            "children": {
+                "controller": {"hosts": {"ctl": dict(local)}},
+                "compute": {
+                    "hosts": {
+                        f"gpu-{i}": {
+                            **local,
+                            "megahour_gpu": {"model": "h100", "count": 4},
+                            "test_vcpus": 16,
+                            "test_memtotal_mb": 1000,
+                        }
+                        for i in (1, 2)
+                    }
+                },
+            }
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+
+    def _render(version, user_config=None):
+        out = tmp_path / f"slurm-{version}.conf"
+        extra = {"slurm_version": version, "out": str(out), "slurm_client_config": user_config or {}}
+        proc = run(
+            [
+                tool("ansible-playbook"),
+                "-i",
+                str(tmp_path / "hosts.yml"),
+                str(PLAYBOOK),
+                "-e",
+                json.dumps(extra),
+            ]
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        lines = out.read_text().splitlines()
+        return {
+            k: v for k, _, v in (line.partition("=") for line in lines if "=" in line and line[0] != "#")
+        }, lines
+
+    return _render
+
+
+def test_resilience_settings_render_on_22_05(render):
+    conf, lines = render("22.05.8-4+deb12u3")
+    assert conf["JobRequeue"] == "1"
+    assert conf["SchedulerParameters"] == "nohold_on_prolog_fail"
+    assert conf["PrologFlags"] == "Alloc,DeferBatch"
+    assert conf["ReturnToService"] == "2"
+    assert conf["JobFileAppend"] == "1"
+    assert "MaxBatchRequeue" not in conf
+    assert "# Not rendered, too new for Slurm 22.05: MaxBatchRequeue" in lines
+
+
+def test_max_batch_requeue_renders_from_23_02(render):
+    conf, _ = render("23.02.7-1")
+    assert conf["MaxBatchRequeue"] == "5"
+
+
+def test_user_dict_overrides_and_null_removes(render):
+    conf, _ = render("22.05.8", {"SlurmdTimeout": 600, "JobCompType": None, "TaskPlugin": ["task/none"]})
+    assert conf["SlurmdTimeout"] == "600"
+    assert "JobCompType" not in conf
+    assert conf["TaskPlugin"] == "task/none"
+    assert conf["ProctrackType"] == "proctrack/cgroup"  # untouched defaults stay
+
+
+def test_node_lines_come_from_facts_and_the_gpu_declaration(render):
+    _, lines = render("22.05.8")
+    nodes = [line for line in lines if line.startswith("NodeName=")]
+    assert nodes == [
+        "NodeName=gpu-1 CPUs=16 RealMemory=900 Gres=gpu:h100:4 State=UNKNOWN",
+        "NodeName=gpu-2 CPUs=16 RealMemory=900 Gres=gpu:h100:4 State=UNKNOWN",
+    ]
+    assert "PartitionName=gpu Nodes=gpu-1,gpu-2 Default=YES MaxTime=INFINITE State=UP" in lines
