@@ -104,7 +104,7 @@ def main() -> int:
         "benchmark": "deploy",
         "mode": "quick" if args.quick else "full",
         "commit": commit(),
-        "figures": {k: round(v, 1) if isinstance(v, float) else v for k, v in figures.items()},
+        "figures": {k: round(v, 1) if k.endswith("_s") else v for k, v in figures.items()},
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
