@@ -101,3 +101,9 @@ def test_bad_inventory_stops_site_yml_before_any_host(run, tmp_path, edit, varia
     assert "localhost" in recap
     for host in ("head01", "gpu001", "gpu002"):
         assert host not in recap
+
+
+def test_examples_differ_only_in_group_vars():
+    first, second = (REPO / "inventories" / name for name in EXAMPLES)
+    assert (first / "hosts.yml").read_text() == (second / "hosts.yml").read_text()
+    assert sorted(p.name for p in first.iterdir()) == sorted(p.name for p in second.iterdir())
