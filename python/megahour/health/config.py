@@ -1,0 +1,72 @@
+"""Node health configuration, rendered by the slurm_node role to /etc/megahour/health.json."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from megahour.health.checks import Expectations
+
+DEFAULT_PATH = Path("/etc/megahour/health.json")
+
+
+class ConfigError(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class DiskRule:
+    path: str
+    min_free_percent: float = 5.0
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    expect: Expectations
+    nvidia_smi: str = "nvidia-smi"
+    kernel_log_command: tuple[str, ...] = ("journalctl", "--dmesg", "--boot", "--no-pager", "--output=short")
+    disks: tuple[DiskRule, ...] = ()
+    probe_timeout_s: float = 5.0
+    state_dir: str = "/var/lib/megahour/health"
+    drain_prefix: str = "megahour:"
+    metrics_dir: str | None = None  # node_exporter textfile collector directory
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def has_gpus(self) -> bool:
+        return self.expect.gpu_count > 0
+
+
+def load(path: Path = DEFAULT_PATH) -> HealthConfig:
+    try:
+        raw = json.loads(Path(path).read_text())
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"{path} is missing; deploy the slurm_node role (it renders the health config)"
+        ) from exc
+    except ValueError as exc:
+        raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    try:
+        expect = Expectations(
+            gpu_count=int(raw["gpu_count"]),
+            product_name=raw.get("product_name"),
+            bus_ids=tuple(raw.get("bus_ids", ())),
+            corrected_storm_threshold=int(raw.get("corrected_storm_threshold", 1000)),
+            require_persistence=bool(raw.get("require_persistence", True)),
+            xid_overrides={int(k): str(v) for k, v in raw.get("xid_overrides", {}).items()},
+        )
+        return HealthConfig(
+            expect=expect,
+            nvidia_smi=raw.get("nvidia_smi", "nvidia-smi"),
+            kernel_log_command=tuple(raw.get("kernel_log_command", HealthConfig.kernel_log_command)),
+            disks=tuple(
+                DiskRule(d["path"], float(d.get("min_free_percent", 5.0))) for d in raw.get("disks", [])
+            ),
+            probe_timeout_s=float(raw.get("probe_timeout_s", 5.0)),
+            state_dir=raw.get("state_dir", HealthConfig.state_dir),
+            drain_prefix=raw.get("drain_prefix", "megahour:"),
+            metrics_dir=raw.get("metrics_dir"),
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{path}: bad or missing setting ({exc}); re-deploy the slurm_node role") from exc

@@ -1,0 +1,118 @@
+"""Entry points Slurm runs: the Prolog gate, the HealthCheckProgram and the Epilog.
+
+- Prolog: the fast suite, no Slurm commands (slurmd waits on it; the Slurm docs
+  say a Prolog should not call Slurm). Exit 1 makes slurmd drain the node and,
+  with nohold_on_prolog_fail, requeue the job to another node.
+- HealthCheckProgram: the full suite; drains with our own reason prefix
+  (``megahour:<reason>``) so the sweeper knows the drain is ours.
+- Epilog: after a job, the full suite and a diagnostics record; a failing node
+  exits 1 so Slurm drains it before the next job lands.
+Every run leaves its verdicts in the state directory (for traces and the sweeper).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from megahour.atomicio import atomic_write_text
+from megahour.health.config import HealthConfig
+from megahour.health.suites import FULL, PROLOG, run_suite
+from megahour.health.verdict import Verdict, gate_passes, worst
+from megahour.metrics import textfile
+
+
+def record(
+    config: HealthConfig, name: str, suite: str, verdicts: list[Verdict], extra: dict | None = None
+) -> Path:
+    state = Path(config.state_dir)
+    payload = {
+        "suite": suite,
+        "host": socket.gethostname(),
+        "time": time.time(),
+        "passed": gate_passes(verdicts),
+        "verdicts": [v.to_dict() for v in verdicts],
+        **(extra or {}),
+    }
+    path = state / f"{name}.json"
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+    if config.metrics_dir:
+        family = textfile.Family("megahour_health_check_ok", "1 when the check passed or warned, 0 otherwise")
+        for verdict in verdicts:
+            family.add(
+                1 if gate_passes([verdict]) else 0,
+                check=verdict.check,
+                suite=suite,
+                status=verdict.status.value,
+                reason=verdict.reason,
+            )
+        last = textfile.Family("megahour_health_last_run_timestamp_seconds", "when this suite last ran")
+        last.add(payload["time"], suite=suite)
+        textfile.write(config.metrics_dir, f"megahour_health_{suite}", [family, last])
+    return path
+
+
+def summary(verdicts: list[Verdict]) -> str:
+    bad = worst(verdicts)
+    if bad is None:
+        return "no checks ran"
+    if gate_passes(verdicts):
+        return f"PASS ({len(verdicts)} checks)"
+    return f"{bad.status.value} {bad.reason}: {bad.message}"
+
+
+def prolog(config: HealthConfig, env: Mapping[str, str]) -> int:
+    started = time.monotonic()
+    verdicts = run_suite(config, PROLOG)
+    job = env.get("SLURM_JOB_ID", "nojob")
+    record(config, f"prolog-{job}", PROLOG, verdicts, {"job_id": job, "seconds": time.monotonic() - started})
+    record(config, "last-prolog", PROLOG, verdicts, {"job_id": job})
+    print(f"megahour prolog job {job}: {summary(verdicts)}", file=sys.stderr)
+    return 0 if gate_passes(verdicts) else 1
+
+
+def healthcheck(
+    config: HealthConfig,
+    drain: Callable[[str, str], None],
+    node_reason: Callable[[str], str | None],
+    node: str | None = None,
+) -> int:
+    """Full suite; drain with our prefix on failure. Slurm ignores the exit code."""
+    node = node or socket.gethostname().split(".")[0]
+    verdicts = run_suite(config, FULL)
+    record(config, "last-healthcheck", FULL, verdicts)
+    if gate_passes(verdicts):
+        print(f"megahour healthcheck {node}: {summary(verdicts)}", file=sys.stderr)
+        return 0
+    bad = worst(verdicts)
+    assert bad is not None
+    reason = f"{config.drain_prefix}{bad.reason}"
+    current = node_reason(node)
+    # Re-draining with the same reason would only churn the reason timestamp,
+    # which the sweeper's dwell time is measured from.
+    if current is None or not current.startswith(reason):
+        drain(node, f"{reason} {bad.message}"[:200])
+    print(f"megahour healthcheck {node}: drained: {summary(verdicts)}", file=sys.stderr)
+    return 1
+
+
+def epilog(config: HealthConfig, env: Mapping[str, str]) -> int:
+    verdicts = run_suite(config, FULL)
+    job = env.get("SLURM_JOB_ID", "nojob")
+    extra = {
+        "job_id": job,
+        "job_exit_code": env.get("SLURM_JOB_EXIT_CODE"),
+        "restart_count": env.get("SLURM_JOB_RESTART_COUNT", env.get("SLURM_RESTART_COUNT", "0")),
+    }
+    record(config, f"epilog-{job}", FULL, verdicts, extra)
+    print(f"megahour epilog job {job}: {summary(verdicts)}", file=sys.stderr)
+    return 0 if gate_passes(verdicts) else 1
+
+
+def environ() -> Mapping[str, str]:
+    return os.environ

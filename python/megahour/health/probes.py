@@ -1,0 +1,62 @@
+"""Run the tools the checks read, each with its own timeout. Failures become verdicts."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+
+from megahour.health import smi
+from megahour.health.verdict import Status, Verdict
+
+
+class ProbeError(RuntimeError):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
+
+    def verdict(self, check: str) -> Verdict:
+        # A query that errors or times out fails closed: UNKNOWN never passes a gate.
+        return Verdict(check, Status.UNKNOWN, self.reason, str(self))
+
+
+def run(cmd: list[str], timeout: float) -> str:
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise ProbeError("gpu_query_failed", f"{cmd[0]} not found") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError("probe_timeout", f"{' '.join(cmd)} timed out after {timeout:g}s") from exc
+    if proc.returncode != 0:
+        detail = (proc.stderr or proc.stdout).strip().splitlines()
+        raise ProbeError(
+            "gpu_query_failed", f"{' '.join(cmd)} exited {proc.returncode}: {detail[-1] if detail else ''}"
+        )
+    return proc.stdout
+
+
+def smi_query(nvidia_smi: str, query: str, fields: list[str], timeout: float) -> smi.CsvResult:
+    """``nvidia-smi --<query>=<fields> --format=csv`` parsed, columns mapped by position."""
+    out = run([nvidia_smi, f"--{query}={','.join(fields)}", "--format=csv"], timeout)
+    return smi.parse_query_csv(out, fields)
+
+
+def free_percent(path: str, timeout: float) -> float:
+    """statvfs in a worker thread: a hung mount must not hang the gate."""
+    box: dict[str, object] = {}
+
+    def probe() -> None:
+        try:
+            st = os.statvfs(path)
+            box["value"] = 100.0 * st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+        except OSError as exc:
+            box["error"] = exc
+
+    worker = threading.Thread(target=probe, daemon=True)
+    worker.start()
+    worker.join(timeout)
+    if worker.is_alive():
+        raise ProbeError("probe_timeout", f"statvfs({path}) timed out after {timeout:g}s")
+    if "error" in box:
+        raise ProbeError("disk_unreadable", f"statvfs({path}): {box['error']}")
+    return float(box["value"])  # type: ignore[arg-type]

@@ -1,0 +1,60 @@
+"""Which checks run where: the fast Prolog set and the full HealthCheckProgram set."""
+
+from __future__ import annotations
+
+from megahour.health import checks, probes
+from megahour.health.config import HealthConfig
+from megahour.health.verdict import Verdict
+
+PROLOG = "prolog"
+FULL = "full"
+
+
+def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
+    verdicts: list[Verdict] = []
+    if config.has_gpus:
+        verdicts += _gpu_checks(config, suite)
+        if suite == FULL:
+            verdicts.append(_xid_check(config))
+    for rule in config.disks:
+        try:
+            verdicts.append(
+                checks.disk(
+                    rule.path, probes.free_percent(rule.path, config.probe_timeout_s), rule.min_free_percent
+                )
+            )
+        except probes.ProbeError as exc:
+            verdicts.append(checks.disk(rule.path, None, rule.min_free_percent, error=str(exc)))
+    return verdicts
+
+
+def _gpu_checks(config: HealthConfig, suite: str) -> list[Verdict]:
+    timeout = config.probe_timeout_s
+    out: list[Verdict] = []
+    try:
+        gpus = probes.smi_query(config.nvidia_smi, "query-gpu", checks.GPU_FIELDS, timeout)
+        out += [checks.gpu_inventory(gpus, config.expect), checks.ecc(gpus, config.expect)]
+    except probes.ProbeError as exc:
+        out += [exc.verdict("gpu_inventory"), exc.verdict("ecc")]
+    try:
+        remap = probes.smi_query(config.nvidia_smi, "query-remapped-rows", checks.REMAP_FIELDS, timeout)
+        out.append(checks.memory_repair(remap))
+    except probes.ProbeError as exc:
+        out.append(exc.verdict("memory_repair"))
+    if suite != PROLOG:
+        # Outside the Prolog a running job legitimately holds the GPUs.
+        return out
+    try:
+        apps = probes.smi_query(config.nvidia_smi, "query-compute-apps", checks.COMPUTE_APP_FIELDS, timeout)
+        out.append(checks.leftover_processes(apps))
+    except probes.ProbeError as exc:
+        out.append(exc.verdict("gpu_processes"))
+    return out
+
+
+def _xid_check(config: HealthConfig) -> Verdict:
+    try:
+        text = probes.run(list(config.kernel_log_command), config.probe_timeout_s)
+    except probes.ProbeError as exc:
+        return exc.verdict("xid")
+    return checks.xid(text.splitlines(), config.expect)

@@ -1,0 +1,1 @@
+"""Prometheus textfile-collector output shared by health, sweeper and delivery."""

@@ -1,0 +1,164 @@
+"""Probes and gate entry points, driven through the real nvidia-smi test double."""
+
+import json
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from megahour.health import checks, gate, probes
+from megahour.health.checks import Expectations
+from megahour.health.config import ConfigError, DiskRule, HealthConfig, load
+from megahour.health.suites import FULL, PROLOG, run_suite
+from megahour.health.verdict import Status
+from tests.conftest import REPO
+
+DOUBLE = REPO / "roles" / "slurm_node" / "files" / "nvidia-smi-double"
+HEALTHY = "0, NVIDIA H100 80GB HBM3, 00000000:0A:00.0, Enabled, Enabled, Enabled, 0, 0, 0"
+
+
+def csv(fields, *rows):
+    return ", ".join(fields) + "\n" + "".join(r + "\n" for r in rows)
+
+
+@pytest.fixture
+def node(tmp_path):
+    """A fake GPU node: the double as nvidia-smi, a fixture dir, a kernel log, a state dir."""
+    fixtures = tmp_path / "fake-gpu"
+    fixtures.mkdir()
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(f'#!/bin/sh\nMEGAHOUR_FAKE_GPU_DIR={fixtures} exec {sys.executable} {DOUBLE} "$@"\n')
+    smi.chmod(smi.stat().st_mode | stat.S_IEXEC)
+    kernel = tmp_path / "kernel.log"
+    kernel.write_text("")
+
+    def serve(gpu_rows=(HEALTHY,), remap=("GPU-a895322e-..., 0, 0, No, No",), apps=(), kernel_lines=()):
+        commands = {}
+        for name, query, fields, rows in (
+            ("gpus.csv", "query-gpu", checks.GPU_FIELDS, gpu_rows),
+            ("remap.csv", "query-remapped-rows", checks.REMAP_FIELDS, remap),
+            ("apps.csv", "query-compute-apps", checks.COMPUTE_APP_FIELDS, apps),
+        ):
+            (fixtures / name).write_text(csv(fields, *rows))
+            commands[f"--{query}={','.join(fields)} --format=csv"] = {"stdout": name, "rc": 0}
+        (fixtures / "commands.json").write_text(json.dumps(commands))
+        kernel.write_text("".join(line + "\n" for line in kernel_lines))
+
+    config = HealthConfig(
+        expect=Expectations(gpu_count=1, product_name="NVIDIA H100 80GB HBM3"),
+        nvidia_smi=str(smi),
+        kernel_log_command=("cat", str(kernel)),
+        disks=(DiskRule(str(tmp_path), 1.0),),
+        state_dir=str(tmp_path / "state"),
+        metrics_dir=str(tmp_path / "metrics"),
+    )
+    serve()
+    return config, serve, fixtures
+
+
+def test_healthy_node_passes_both_suites(node):
+    config, _, _ = node
+    for suite in (PROLOG, FULL):
+        verdicts = run_suite(config, suite)
+        assert all(v.status is Status.PASS for v in verdicts), verdicts
+    assert {v.check for v in run_suite(config, PROLOG)} >= {
+        "gpu_inventory",
+        "ecc",
+        "memory_repair",
+        "gpu_processes",
+    }
+    assert "xid" in {v.check for v in run_suite(config, FULL)}
+
+
+def test_prolog_fails_on_injected_ecc_and_records_why(node):
+    config, serve, _ = node
+    serve(gpu_rows=(HEALTHY.replace(", 0, 0, 0", ", 0, 2, 2"),))
+    assert gate.prolog(config, {"SLURM_JOB_ID": "42"}) == 1
+    record = json.loads((Path(config.state_dir) / "prolog-42.json").read_text())
+    assert record["passed"] is False
+    assert "ecc_volatile_uncorrected" in {v["reason"] for v in record["verdicts"]}
+    prom = (Path(config.metrics_dir) / "megahour_health_prolog.prom").read_text()
+    assert (
+        'megahour_health_check_ok{check="ecc",reason="ecc_volatile_uncorrected",'
+        'status="FAIL",suite="prolog"} 0' in prom
+    )
+
+
+def test_prolog_fails_closed_when_the_driver_is_gone(node):
+    config, _, fixtures = node
+    (fixtures / "commands.json").unlink()  # the double now answers like a missing driver (exit 9)
+    verdicts = run_suite(config, PROLOG)
+    assert {v.reason for v in verdicts if v.check == "ecc"} == {"gpu_query_failed"}
+    assert gate.prolog(config, {}) == 1
+
+
+def test_leftover_process_blocks_only_the_prolog(node):
+    config, serve, _ = node
+    serve(apps=("4242, python, 1024 MiB",))
+    assert gate.prolog(config, {}) == 1
+    assert all(v.status is Status.PASS for v in run_suite(config, FULL))
+
+
+def test_healthcheck_drains_with_our_prefix_once(node):
+    config, serve, _ = node
+    serve(remap=("GPU-a895322e-..., 0, 1, Yes, No",))
+    drained = []
+    assert gate.healthcheck(config, lambda n, r: drained.append((n, r)), lambda n: None, node="gpu-1") == 1
+    assert drained[0][0] == "gpu-1" and drained[0][1].startswith("megahour:remap_pending ")
+    # Already drained with the same reason: no second scontrol call.
+    gate.healthcheck(config, lambda n, r: drained.append((n, r)), lambda n: drained[0][1], node="gpu-1")
+    assert len(drained) == 1
+
+
+def test_healthcheck_reads_xids_from_the_kernel_log(node):
+    config, serve, _ = node
+    fixture = (REPO / "tests/health/fixtures/kernel-xid79-fallen-off-bus.log").read_text().splitlines()
+    serve(kernel_lines=fixture)
+    drained = []
+    gate.healthcheck(config, lambda n, r: drained.append(r), lambda n: None, node="gpu-2")
+    assert drained and drained[0].startswith("megahour:xid_restart_bm")
+
+
+def test_non_gpu_node_runs_only_host_checks(node):
+    config, _, _ = node
+    cpu_only = HealthConfig(
+        expect=Expectations(gpu_count=0),
+        nvidia_smi="/nonexistent",
+        disks=config.disks,
+        state_dir=config.state_dir,
+    )
+    verdicts = run_suite(cpu_only, FULL)
+    assert [v.check for v in verdicts] == [f"disk:{config.disks[0].path}"]
+
+
+def test_probe_timeout_and_failure_become_unknown(tmp_path):
+    with pytest.raises(probes.ProbeError) as exc:
+        probes.run([sys.executable, "-c", "import time; time.sleep(5)"], timeout=0.3)
+    assert exc.value.reason == "probe_timeout"
+    with pytest.raises(probes.ProbeError) as exc:
+        probes.run([sys.executable, "-c", "import sys; sys.exit(3)"], timeout=5)
+    assert exc.value.reason == "gpu_query_failed"
+    assert exc.value.verdict("ecc").status is Status.UNKNOWN
+    assert 0 < probes.free_percent(str(tmp_path), 2) <= 100
+    with pytest.raises(probes.ProbeError):
+        probes.free_percent(str(tmp_path / "missing"), 2)
+
+
+def test_config_errors_name_the_fix(tmp_path):
+    with pytest.raises(ConfigError, match="deploy the slurm_node role"):
+        load(tmp_path / "absent.json")
+    (tmp_path / "bad.json").write_text('{"nvidia_smi": "x"}')
+    with pytest.raises(ConfigError, match="re-deploy"):
+        load(tmp_path / "bad.json")
+    (tmp_path / "ok.json").write_text(
+        json.dumps(
+            {
+                "gpu_count": 8,
+                "xid_overrides": {"109": "IGNORE"},
+                "disks": [{"path": "/", "min_free_percent": 3}],
+            }
+        )
+    )
+    config = load(tmp_path / "ok.json")
+    assert config.expect.xid_overrides == {109: "IGNORE"} and config.disks[0].min_free_percent == 3
