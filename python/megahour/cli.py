@@ -105,6 +105,104 @@ def _cmd_inventory_validate(args: argparse.Namespace, console: Console) -> int:
     return 1 if findings else 0
 
 
+def _health_config(args: argparse.Namespace):
+    from megahour.health.config import load
+
+    return load(Path(args.config))
+
+
+def _cmd_health_check(args: argparse.Namespace, console: Console) -> int:
+    from megahour.health.suites import run_suite
+    from megahour.health.verdict import gate_passes
+
+    verdicts = run_suite(_health_config(args), args.suite)
+    ok = gate_passes(verdicts)
+    if args.json:
+        print(
+            json.dumps(
+                {"passed": ok, "suite": args.suite, "verdicts": [v.to_dict() for v in verdicts]}, indent=2
+            )
+        )
+    else:
+        for v in verdicts:
+            color = {"PASS": "green", "WARN": "yellow"}.get(v.status.value, "red")
+            console.print(
+                f"[{color}]{v.status.value:7}[/] {v.check:16} {v.reason:28} {v.message}", highlight=False
+            )
+    return 0 if ok else 1
+
+
+def _cmd_health_hook(args: argparse.Namespace, console: Console) -> int:
+    """prolog/epilog/healthcheck as Slurm runs them. Any error fails closed (exit 1)."""
+    import os
+
+    from megahour.health import gate
+    from megahour.health.config import ConfigError
+
+    try:
+        config = _health_config(args)
+        if args.hook == "prolog":
+            return gate.prolog(config, os.environ)
+        if args.hook == "epilog":
+            return gate.epilog(config, os.environ)
+        from megahour.slurm.client import SlurmClient
+
+        client = SlurmClient()
+
+        def node_reason(node: str) -> str | None:
+            return next((n.reason for n in client.nodes().items if n.name == node), None)
+
+        return gate.healthcheck(config, client.drain, node_reason, node=args.node, publish=client.set_comment)
+    except (ConfigError, RuntimeError) as exc:
+        print(f"megahour health {args.hook}: {exc}", file=sys.stderr)
+        return 1
+
+
+def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
+    from datetime import datetime, timedelta
+
+    from megahour.slurm.client import SlurmClient
+    from megahour.slurm.comment import stamps_from_show_node
+    from megahour.sweep.freshness import fresh_status
+    from megahour.sweep.rules import SweepPolicy
+    from megahour.sweep.sweeper import run_sweep
+
+    client = SlurmClient()
+    policy = SweepPolicy(
+        dwell=timedelta(seconds=args.dwell_seconds),
+        max_resumes_per_run=args.max_resumes,
+        drained_idle_alert_after=timedelta(seconds=args.drained_alert_seconds),
+    )
+    cache: dict[str, dict] = {}
+
+    def verdict_source(node: str) -> str | None:
+        # One scontrol/sinfo pair per sweep, fetched only when a node is a candidate.
+        if not cache:
+            cache["stamps"] = stamps_from_show_node(client.show_nodes())
+            cache["drained_at"] = {n.name: n.reason_time for n in client.nodes().items}
+        return fresh_status(
+            cache["stamps"].get(node),
+            cache["drained_at"].get(node),
+            datetime.now(),
+            timedelta(seconds=args.health_max_age_seconds),
+        )
+
+    report = run_sweep(
+        client,
+        verdict_source,
+        Path(args.history),
+        Path(args.metrics) if args.metrics else None,
+        policy,
+        dry_run=args.dry_run,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2, default=str))
+    else:
+        for line in report.describe():
+            console.print(line, markup=False, highlight=False)
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -134,6 +232,51 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (cluster.choices["up"], cluster.choices["down"]):
         p.add_argument("--inventory", default=str(DEFAULT_LOCAL_INVENTORY), help="generated inventory file")
 
+    health = sub.add_parser("health", help="GPU and host health gates").add_subparsers(
+        dest="sub", required=True
+    )
+    p = health.add_parser("check", help="run a check suite here and print the verdicts")
+    p.add_argument("--suite", choices=["prolog", "full"], default="full")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_health_check)
+    for hook, text in (
+        ("prolog", "Slurm Prolog: fast gate, no Slurm calls; exit 1 drains and requeues"),
+        ("epilog", "Slurm Epilog: full checks and diagnostics after a job"),
+        ("healthcheck", "Slurm HealthCheckProgram: full checks; drains with megahour:<reason>"),
+    ):
+        p = health.add_parser(hook, help=text)
+        p.set_defaults(func=_cmd_health_hook, hook=hook)
+        if hook == "healthcheck":
+            p.add_argument("--node", help="Slurm node name (default: short host name)")
+    for p in health.choices.values():
+        p.add_argument(
+            "--config", default="/etc/megahour/health.json", help="health config (rendered by slurm_node)"
+        )
+
+    from megahour.run.cli import configure_parser as configure_run
+    from megahour.run.cli import run_command
+
+    p = sub.add_parser(
+        "run", help="run a job step: restart in place on transient failures, requeue past budget"
+    )
+    configure_run(p)
+    p.set_defaults(func=lambda args, _console: run_command(args))
+
+    p = sub.add_parser("sweep", help="resume healed nodes, delete stranded reservations, raise alerts")
+    p.add_argument("--dry-run", action="store_true", help="plan only; change nothing")
+    p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--history", default="/var/lib/megahour/sweep/history.json", help="past resumes (flapping)"
+    )
+    p.add_argument("--metrics", help="node_exporter textfile to write (…/megahour_sweep.prom)")
+    p.add_argument("--dwell-seconds", type=int, default=600, help="minimum time drained before a resume")
+    p.add_argument("--max-resumes", type=int, default=2, help="resumes per run (rate limit)")
+    p.add_argument(
+        "--drained-alert-seconds", type=int, default=3600, help="alert when drained+idle this long"
+    )
+    p.add_argument("--health-max-age-seconds", type=int, default=600, help="oldest health stamp trusted")
+    p.set_defaults(func=_cmd_sweep)
+
     inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)
     p = inv.add_parser("validate", help="check an inventory before deploying")
     p.add_argument("-i", "--inventory", required=True, help="inventory directory or file")
@@ -147,10 +290,11 @@ def main(argv: list[str] | None = None) -> int:
     console = Console(stderr=bool(getattr(args, "json", False)))
     from megahour.cluster.podman import PodmanError
     from megahour.cluster.spec import SpecError
+    from megahour.health.config import ConfigError
 
     try:
         return args.func(args, console)
-    except (PodmanError, SpecError) as exc:
+    except (PodmanError, SpecError, ConfigError) as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
 

@@ -162,3 +162,8 @@ def test_config_errors_name_the_fix(tmp_path):
     )
     config = load(tmp_path / "ok.json")
     assert config.expect.xid_overrides == {109: "IGNORE"} and config.disks[0].min_free_percent == 3
+    (tmp_path / "model.json").write_text(json.dumps({"gpu_count": 8, "gpu_model": "h100"}))
+    assert load(tmp_path / "model.json").expect.product_name == "NVIDIA H100 80GB HBM3"
+    (tmp_path / "badmodel.json").write_text(json.dumps({"gpu_count": 8, "gpu_model": "h900"}))
+    with pytest.raises(ConfigError, match="unknown gpu_model 'h900'"):
+        load(tmp_path / "badmodel.json")

@@ -20,10 +20,19 @@ def smi(args, fixture_dir):
     )
 
 
+TEMPLATES = REPO / "roles" / "slurm_node" / "templates" / "fake-gpu"
+
+
 def test_every_mapped_command_prints_its_fixture_byte_exact():
     commands = json.loads((FIXTURES / "commands.json").read_text())
     assert commands, "the fixture set maps no command"
     for args, entry in commands.items():
+        if not (FIXTURES / entry["stdout"]).exists():
+            # Rendered per node (one row per declared GPU) by the slurm_node role.
+            assert (TEMPLATES / f"{entry['stdout']}.j2").exists(), (
+                f"{entry['stdout']} has no file or template"
+            )
+            continue
         proc = smi(args.split(" "), FIXTURES)
         assert proc.returncode == entry["rc"]
         assert proc.stdout == (FIXTURES / entry["stdout"]).read_bytes()
@@ -52,3 +61,12 @@ def test_swapped_fixture_injects_a_fault(tmp_path):
     (tmp_path / "ecc.csv").write_text("0, 3, Enabled, Enabled\n")
     (tmp_path / "commands.json").write_text(json.dumps({"--probe": {"stdout": "ecc.csv", "rc": 0}}))
     assert smi(["--probe"], tmp_path).stdout == b"0, 3, Enabled, Enabled\n"
+
+
+def test_gate_query_template_matches_the_gate_fields():
+    from megahour.health.checks import GPU_FIELDS
+
+    header = (TEMPLATES / "gate-query-gpu.csv.j2").read_text().splitlines()[0]
+    assert len(header.split(", ")) == len(GPU_FIELDS)
+    commands = json.loads((FIXTURES / "commands.json").read_text())
+    assert commands[f"--query-gpu={','.join(GPU_FIELDS)} --format=csv"]["stdout"] == "gate-query-gpu.csv"

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from megahour.health.checks import Expectations
+from megahour.inventory.profiles import PROFILES
 
 DEFAULT_PATH = Path("/etc/megahour/health.json")
 
@@ -38,6 +39,16 @@ class HealthConfig:
         return self.expect.gpu_count > 0
 
 
+def _product_name(model: str | None) -> str | None:
+    """The name nvidia-smi prints for an inventory GPU model (profiles are the one source)."""
+    if model is None:
+        return None
+    profile = PROFILES.get(str(model).lower())
+    if profile is None:
+        raise ConfigError(f"unknown gpu_model {model!r}; use one of {', '.join(sorted(PROFILES))}")
+    return profile.product_name
+
+
 def load(path: Path = DEFAULT_PATH) -> HealthConfig:
     try:
         raw = json.loads(Path(path).read_text())
@@ -50,7 +61,7 @@ def load(path: Path = DEFAULT_PATH) -> HealthConfig:
     try:
         expect = Expectations(
             gpu_count=int(raw["gpu_count"]),
-            product_name=raw.get("product_name"),
+            product_name=raw.get("product_name") or _product_name(raw.get("gpu_model")),
             bus_ids=tuple(raw.get("bus_ids", ())),
             corrected_storm_threshold=int(raw.get("corrected_storm_threshold", 1000)),
             require_persistence=bool(raw.get("require_persistence", True)),

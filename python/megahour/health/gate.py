@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 from megahour.atomicio import atomic_write_text
@@ -25,6 +26,7 @@ from megahour.health.config import HealthConfig
 from megahour.health.suites import FULL, PROLOG, run_suite
 from megahour.health.verdict import Verdict, gate_passes, worst
 from megahour.metrics import textfile
+from megahour.slurm.comment import HealthStamp
 
 
 def record(
@@ -81,11 +83,22 @@ def healthcheck(
     drain: Callable[[str, str], None],
     node_reason: Callable[[str], str | None],
     node: str | None = None,
+    publish: Callable[[str, str], None] | None = None,
 ) -> int:
-    """Full suite; drain with our prefix on failure. Slurm ignores the exit code."""
+    """Full suite; drain with our prefix on failure. Slurm ignores the exit code.
+
+    ``publish`` stamps the verdict on the node in Slurm (its Comment), so the
+    sweeper on the controller can tell a fresh pass from stale news.
+    """
     node = node or socket.gethostname().split(".")[0]
     verdicts = run_suite(config, FULL)
     record(config, "last-healthcheck", FULL, verdicts)
+    if publish is not None:
+        bad = worst(verdicts)
+        ok = gate_passes(verdicts)
+        status = "PASS" if ok else (bad.status.value if bad else "UNKNOWN")
+        reason = "ok" if ok else (bad.reason if bad else "no_checks")
+        publish(node, HealthStamp(status, reason, datetime.now(tz=UTC)).render())
     if gate_passes(verdicts):
         print(f"megahour healthcheck {node}: {summary(verdicts)}", file=sys.stderr)
         return 0

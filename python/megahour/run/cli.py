@@ -1,0 +1,79 @@
+"""Arguments of `megahour run`; the top-level `megahour` parser mounts them as a subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from megahour.run.checkpoints import CHECKPOINT_DIR_ENV, resolve_checkpoint_dir
+from megahour.run.policy import ExitContract, RetryBudget
+from megahour.run.traces import DEFAULT_TRACE_ROOT, TRACE_ROOT_ENV, resolve_trace_root
+
+USAGE_HINT = "megahour run -- python train.py"
+
+
+def configure_parser(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--max-restarts",
+        type=int,
+        default=3,
+        help="in-place restarts after transient failures before asking Slurm to requeue; "
+        "the count resets whenever a new complete checkpoint lands (default 3)",
+    )
+    p.add_argument(
+        "--trace-root",
+        help=f"where attempt diagnostics go (default ${TRACE_ROOT_ENV}, else {DEFAULT_TRACE_ROOT})",
+    )
+    p.add_argument(
+        "--checkpoint-dir",
+        help=f"directory of checkpoints, each complete one holding a .complete marker "
+        f"(default ${CHECKPOINT_DIR_ENV}; unset: the restart budget never resets)",
+    )
+    p.add_argument(
+        "--requeue-exit",
+        type=int,
+        default=ExitContract.requeue_exit,
+        help="exit code past the restart budget; must equal slurm.conf RequeueExit (default %(default)s)",
+    )
+    p.add_argument(
+        "--app-error-exit",
+        type=int,
+        default=ExitContract.app_error_exit,
+        help="exit code for application errors; must not be in RequeueExit (default %(default)s)",
+    )
+    # Named step_argv, not command: the top-level parser already stores the subcommand there.
+    p.add_argument(
+        "step_argv",
+        nargs=argparse.REMAINDER,
+        metavar="-- COMMAND ...",
+        help="the training step to run, after --",
+    )
+
+
+def step_command(argv: list[str]) -> tuple[str, ...]:
+    # REMAINDER keeps the "--" that separates our options from the step's.
+    return tuple(argv[1:] if argv[:1] == ["--"] else argv)
+
+
+def run_command(args: argparse.Namespace) -> int:
+    from megahour.run import runner
+
+    command = step_command(args.step_argv)
+    if not command:
+        print(f"megahour run: no command to run; put it after --, e.g. `{USAGE_HINT}`", file=sys.stderr)
+        return 2
+    try:
+        contract = ExitContract(requeue_exit=args.requeue_exit, app_error_exit=args.app_error_exit)
+        RetryBudget(args.max_restarts, contract)  # validates --max-restarts before anything runs
+    except ValueError as exc:
+        print(f"megahour run: {exc}", file=sys.stderr)
+        return 2
+    config = runner.RunConfig(
+        command=command,
+        trace_root=resolve_trace_root(args.trace_root, os.environ),
+        checkpoint_dir=resolve_checkpoint_dir(args.checkpoint_dir, os.environ),
+        max_restarts=args.max_restarts,
+        contract=contract,
+    )
+    return runner.run(config)

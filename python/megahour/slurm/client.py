@@ -1,0 +1,134 @@
+"""Run Slurm's command-line tools. Every failure is one exception, ``SlurmQueryError``.
+
+The sweeper must fail closed: a sinfo that timed out or an scontrol that
+exited non-zero must never look like "no drained nodes" or "no jobs". So no
+method here returns partial data on error; parsing is left to ``parse``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from megahour.slurm.parse import (
+    RESERVATIONS_ARGS,
+    SINFO_NODES_ARGS,
+    SQUEUE_RUNNING_ARGS,
+    NodeState,
+    Parsed,
+    Reservation,
+    RunningJob,
+    parse_reservations,
+    parse_sinfo_nodes,
+    parse_squeue_running,
+)
+
+# Same call shape as subprocess.run; tests inject a fake.
+Runner = Callable[..., subprocess.CompletedProcess[Any]]
+
+DEFAULT_TIMEOUT_S = 10.0
+# A node name or reservation name is one token; anything else would let a value
+# smuggle extra Key=Value pairs into scontrol's argument parsing.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*")
+
+
+class SlurmQueryError(RuntimeError):
+    """A Slurm command failed: non-zero exit, timeout, or missing binary."""
+
+    def __init__(self, command: Sequence[str], stderr: str, message: str) -> None:
+        self.command = list(command)
+        self.stderr = stderr
+        self.message = message
+        detail = f": {stderr.strip()}" if stderr.strip() else ""
+        super().__init__(f"`{' '.join(self.command)}` {message}{detail}")
+
+
+class SlurmClient:
+    """sinfo/squeue/scontrol with a per-call timeout."""
+
+    def __init__(
+        self,
+        runner: Runner = subprocess.run,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.timeout = timeout
+        base = dict(os.environ if env is None else env)
+        # ISO timestamps whatever the site's SLURM_TIME_FORMAT says; the parsers rely on it.
+        base["SLURM_TIME_FORMAT"] = "standard"
+        self.env = base
+
+    def _run(self, args: Sequence[str]) -> str:
+        argv = list(args)
+        try:
+            proc = self.runner(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=self.timeout,
+                check=False,
+                env=self.env,
+            )
+        except subprocess.TimeoutExpired as exc:
+            stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else exc.stderr
+            raise SlurmQueryError(argv, stderr or "", f"timed out after {self.timeout:g}s") from exc
+        except FileNotFoundError as exc:
+            raise SlurmQueryError(argv, "", f"not found ({argv[0]} is not installed or not on PATH)") from exc
+        except OSError as exc:
+            raise SlurmQueryError(argv, "", f"could not start: {exc}") from exc
+        stdout = (
+            proc.stdout if isinstance(proc.stdout, str) else (proc.stdout or b"").decode(errors="replace")
+        )
+        stderr = (
+            proc.stderr if isinstance(proc.stderr, str) else (proc.stderr or b"").decode(errors="replace")
+        )
+        if proc.returncode != 0:
+            raise SlurmQueryError(argv, stderr, f"exited {proc.returncode}")
+        return stdout
+
+    # Queries -----------------------------------------------------------------
+
+    def nodes(self) -> Parsed[NodeState]:
+        return parse_sinfo_nodes(self._run(SINFO_NODES_ARGS))
+
+    def reservations(self) -> Parsed[Reservation]:
+        return parse_reservations(self._run(RESERVATIONS_ARGS))
+
+    def running_jobs(self) -> Parsed[RunningJob]:
+        return parse_squeue_running(self._run(SQUEUE_RUNNING_ARGS))
+
+    # Changes -----------------------------------------------------------------
+
+    def drain(self, node: str, reason: str) -> None:
+        _check_name(node, "node")
+        if not reason.strip() or "\n" in reason or "\r" in reason:
+            # sinfo prints one line per node; a newline would break every later parse.
+            raise ValueError(f"drain reason must be one non-empty line, got {reason!r}")
+        self._run(["scontrol", "update", f"NodeName={node}", "State=DRAIN", f"Reason={reason}"])
+
+    def resume(self, node: str) -> None:
+        _check_name(node, "node")
+        self._run(["scontrol", "update", f"NodeName={node}", "State=RESUME"])
+
+    def set_comment(self, node: str, comment: str) -> None:
+        _check_name(node, "node name")
+        if not comment or any(c.isspace() for c in comment):
+            raise ValueError(f"node comment must be one non-empty token, got {comment!r}")
+        self._run(["scontrol", "update", f"NodeName={node}", f"Comment={comment}"])
+
+    def show_nodes(self) -> str:
+        """``scontrol show node --oneliner``: one line per node, every field."""
+        return self._run(["scontrol", "show", "node", "--oneliner"])
+
+    def delete_reservation(self, name: str) -> None:
+        _check_name(name, "reservation")
+        self._run(["scontrol", "delete", f"ReservationName={name}"])
+
+
+def _check_name(name: str, what: str) -> None:
+    if not _NAME.fullmatch(name):
+        raise ValueError(f"refusing {what} name {name!r}: expected one plain name")
