@@ -1,0 +1,107 @@
+#!/usr/bin/python
+"""Ansible module: run megahour's GPU and host health checks on a node at deploy time."""
+
+from __future__ import annotations
+
+import json
+
+from ansible.module_utils.basic import AnsibleModule
+
+DOCUMENTATION = r"""
+---
+module: gpu_preflight
+short_description: Run megahour's health checks on a node at deploy time
+description:
+  - Runs C(megahour health check --json) (the same checks as the Slurm Prolog and
+    HealthCheckProgram) and returns its verdicts. Read-only, so it runs in check mode too.
+  - With C(policy=fail) an unhealthy host fails the task; with C(policy=report) it is reported
+    (C(healthy=false)) and the play decides what to leave out.
+options:
+  suite:
+    description: C(prolog) (fast gate) or C(full) (adds kernel-log Xids).
+    type: str
+    choices: [prolog, full]
+    default: full
+  policy:
+    description: What an unhealthy host does to the play.
+    type: str
+    choices: [fail, report]
+    default: fail
+  megahour:
+    description: The megahour command on the node (installed by the runtime role).
+    type: path
+    default: /usr/local/bin/megahour
+  config:
+    description: Health configuration rendered by the slurm_node role.
+    type: path
+    default: /etc/megahour/health.json
+author:
+  - megahour developers
+"""
+
+EXAMPLES = r"""
+- name: Check GPUs before accepting the node
+  gpu_preflight:
+    suite: full
+    policy: "{{ preflight_policy }}"
+  register: preflight
+"""
+
+RETURN = r"""
+healthy:
+  description: True when every check passed or only warned.
+  returned: always
+  type: bool
+reason:
+  description: The deciding reason code (C(ok) when healthy), as used in megahour drain reasons.
+  returned: always
+  type: str
+verdicts:
+  description: Every check's verdict (check, status, reason, message, evidence).
+  returned: always
+  type: list
+  elements: dict
+"""
+
+_SEVERITY = {"PASS": 0, "WARN": 1, "UNKNOWN": 2, "FAIL": 3}
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "suite": {"type": "str", "choices": ["prolog", "full"], "default": "full"},
+            "policy": {"type": "str", "choices": ["fail", "report"], "default": "fail"},
+            "megahour": {"type": "path", "default": "/usr/local/bin/megahour"},
+            "config": {"type": "path", "default": "/etc/megahour/health.json"},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    cmd = [p["megahour"], "health", "check", "--json", "--suite", p["suite"], "--config", p["config"]]
+    rc, out, err = module.run_command(cmd)
+    try:
+        report = json.loads(out)
+    except ValueError:
+        # Fail closed: no parsable verdicts is never healthy, whatever the policy.
+        module.fail_json(
+            msg=f"`{' '.join(cmd)}` gave no verdicts (exit {rc}): {err.strip() or out.strip()}. "
+            "Deploy the runtime and slurm_node roles first.",
+            rc=rc,
+        )
+    verdicts = report.get("verdicts", [])
+    healthy = bool(report.get("passed")) and rc == 0
+    worst = max(verdicts, key=lambda v: _SEVERITY.get(v.get("status"), 3), default=None)
+    reason = "ok" if healthy else (worst or {}).get("reason", "no_checks")
+    result = {"changed": False, "healthy": healthy, "reason": reason, "verdicts": verdicts}
+    if not healthy and p["policy"] == "fail":
+        message = (worst or {}).get("message", "")
+        module.fail_json(
+            msg=f"GPU preflight failed: {reason}: {message}. Fix the node, or set "
+            "preflight_policy: report to leave unhealthy nodes out instead of failing.",
+            **result,
+        )
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
