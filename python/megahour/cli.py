@@ -172,6 +172,7 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         dwell=timedelta(seconds=args.dwell_seconds),
         max_resumes_per_run=args.max_resumes,
         drained_idle_alert_after=timedelta(seconds=args.drained_alert_seconds),
+        reservation_grace=timedelta(seconds=args.reservation_grace_seconds),
     )
     cache: dict[str, dict] = {}
 
@@ -275,6 +276,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--drained-alert-seconds", type=int, default=3600, help="alert when drained+idle this long"
     )
     p.add_argument("--health-max-age-seconds", type=int, default=600, help="oldest health stamp trusted")
+    p.add_argument(
+        "--reservation-grace-seconds",
+        type=int,
+        default=1800,
+        help="a megahour- reservation younger than this is in use, not stranded",
+    )
     p.set_defaults(func=_cmd_sweep)
 
     inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)

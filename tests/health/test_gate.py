@@ -167,3 +167,56 @@ def test_config_errors_name_the_fix(tmp_path):
     (tmp_path / "badmodel.json").write_text(json.dumps({"gpu_count": 8, "gpu_model": "h900"}))
     with pytest.raises(ConfigError, match="unknown gpu_model 'h900'"):
         load(tmp_path / "badmodel.json")
+
+
+def test_xid_that_recurs_after_a_reboot_fails(node, monkeypatch):
+    from megahour.health import xid_history
+
+    config, serve, _ = node
+    contained = (REPO / "tests/health/fixtures/kernel-xid94-contained-ecc.log").read_text().splitlines()
+    serve(kernel_lines=contained)
+    monkeypatch.setattr(xid_history, "current_boot_id", lambda: "boot-1")
+    [xid] = [v for v in run_suite(config, FULL) if v.check == "xid"]
+    assert xid.status is Status.WARN  # RESTART_APP, first time
+    monkeypatch.setattr(xid_history, "current_boot_id", lambda: "boot-2")
+    [xid] = [v for v in run_suite(config, FULL) if v.check == "xid"]
+    assert (xid.status, xid.reason) == (Status.FAIL, "xid_recurring")
+
+
+def test_nvme_mount_and_container_runtime_checks(node, tmp_path):
+    import dataclasses
+
+    from megahour.health.config import MountRule
+
+    config, _, _ = node
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    checked = dataclasses.replace(
+        config,
+        mounts=(
+            MountRule(str(tmp_path), require_mount=False),
+            MountRule(str(tmp_path / "absent"), False),
+            MountRule(str(tmp_path), require_mount=True),
+        ),
+        container_runtime_command=(sys.executable, "-c", "print('Failed to initialize NVML: Unknown Error')"),
+    )
+    reasons = [v.reason for v in run_suite(checked, PROLOG) if v.check.startswith(("mount:", "container"))]
+    # tmp_path is a directory, not a mount point: fine unless a mount is required.
+    assert reasons == ["ok", "mount_missing", "mount_missing", "container_nvml_error"]
+    ok_runtime = dataclasses.replace(
+        config, container_runtime_command=(sys.executable, "-c", "print('GPU 0: x')")
+    )
+    assert [v.reason for v in run_suite(ok_runtime, PROLOG) if v.check == "container_runtime"] == ["ok"]
+    missing = dataclasses.replace(config, container_runtime_command=("/nonexistent/enroot", "version"))
+    [verdict] = [v for v in run_suite(missing, PROLOG) if v.check == "container_runtime"]
+    assert (verdict.status, verdict.reason) == (Status.FAIL, "container_runtime_failed")
+
+
+def test_read_only_mount_fails():
+    assert checks.mount("/x", {"exists": True, "is_mount": True, "writable": False}, True).reason == (
+        "mount_readonly"
+    )
+    assert (
+        checks.mount("/x", None, True, error="checking mount /x timed out after 5s").reason == "probe_timeout"
+    )

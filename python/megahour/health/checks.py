@@ -258,3 +258,46 @@ def disk(path: str, free_percent: float | None, min_free_percent: float, error: 
             free_percent=free_percent,
         )
     return passed(check, f"{path}: {free_percent:.1f}% free", path=path)
+
+
+def mount(path: str, state: dict[str, bool] | None, require_mount: bool, error: str | None = None) -> Verdict:
+    """A local mount the jobs need (the NVMe cache): present, mounted where required, writable."""
+    check = f"mount:{path}"
+    if error is not None or state is None:
+        reason = "probe_timeout" if error and "timed out" in error else "mount_unreadable"
+        return _bad(check, reason, f"{path}: {error}", Status.UNKNOWN, path=path)
+    if not state["exists"] or (require_mount and not state["is_mount"]):
+        return _bad(check, "mount_missing", f"{path} is not mounted", path=path, **state)
+    if not state["writable"]:
+        return _bad(check, "mount_readonly", f"{path} is not writable", path=path, **state)
+    return passed(check, f"{path} mounted and writable", path=path)
+
+
+NVML_BROKEN = "Failed to initialize NVML"
+
+
+def container_runtime(
+    command: list[str], returncode: int | None, output: str, error: str | None = None
+) -> Verdict:
+    """The runtime jobs use (enroot, apptainer, docker) answers, and sees the GPUs' driver."""
+    check = "container_runtime"
+    if error is not None:
+        reason = "probe_timeout" if "timed out" in error else "container_runtime_failed"
+        return _bad(
+            check,
+            reason,
+            f"{' '.join(command)}: {error}",
+            Status.UNKNOWN if "timed out" in error else Status.FAIL,
+            command=command,
+        )
+    if NVML_BROKEN in output:
+        return _bad(check, "container_nvml_error", f"{' '.join(command)}: {NVML_BROKEN}", command=command)
+    if returncode != 0:
+        return _bad(
+            check,
+            "container_runtime_failed",
+            f"{' '.join(command)} exited {returncode}: "
+            f"{output.strip().splitlines()[-1] if output.strip() else ''}",
+            command=command,
+        )
+    return passed(check, f"{' '.join(command)} ok")

@@ -23,11 +23,21 @@ class DiskRule:
 
 
 @dataclass(frozen=True)
+class MountRule:
+    path: str
+    require_mount: bool = True
+
+
+@dataclass(frozen=True)
 class HealthConfig:
     expect: Expectations
     nvidia_smi: str = "nvidia-smi"
     kernel_log_command: tuple[str, ...] = ("journalctl", "--dmesg", "--boot", "--no-pager", "--output=short")
     disks: tuple[DiskRule, ...] = ()
+    mounts: tuple[MountRule, ...] = ()
+    # The runtime jobs use, as a command that must succeed: e.g. ["enroot", "version"],
+    # or a tiny container running `nvidia-smi -L`. Empty: jobs run no container.
+    container_runtime_command: tuple[str, ...] = ()
     probe_timeout_s: float = 5.0
     state_dir: str = "/var/lib/megahour/health"
     drain_prefix: str = "megahour:"

@@ -41,22 +41,54 @@ def smi_query(nvidia_smi: str, query: str, fields: list[str], timeout: float) ->
     return smi.parse_query_csv(out, fields)
 
 
-def free_percent(path: str, timeout: float) -> float:
-    """statvfs in a worker thread: a hung mount must not hang the gate."""
+def _in_thread(probe, what: str, timeout: float):
+    """Run ``probe`` in a worker thread: a hung mount must not hang the gate."""
     box: dict[str, object] = {}
 
-    def probe() -> None:
+    def body() -> None:
         try:
-            st = os.statvfs(path)
-            box["value"] = 100.0 * st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+            box["value"] = probe()
         except OSError as exc:
             box["error"] = exc
 
-    worker = threading.Thread(target=probe, daemon=True)
+    worker = threading.Thread(target=body, daemon=True)
     worker.start()
     worker.join(timeout)
     if worker.is_alive():
-        raise ProbeError("probe_timeout", f"statvfs({path}) timed out after {timeout:g}s")
+        raise ProbeError("probe_timeout", f"{what} timed out after {timeout:g}s")
     if "error" in box:
-        raise ProbeError("disk_unreadable", f"statvfs({path}): {box['error']}")
-    return float(box["value"])  # type: ignore[arg-type]
+        raise ProbeError("disk_unreadable", f"{what}: {box['error']}")
+    return box["value"]
+
+
+def mount_state(path: str, timeout: float) -> dict[str, bool]:
+    def probe() -> dict[str, bool]:
+        exists = os.path.isdir(path)
+        return {
+            "exists": exists,
+            "is_mount": exists and os.path.ismount(path),
+            "writable": exists and os.access(path, os.W_OK),
+        }
+
+    return _in_thread(probe, f"checking mount {path}", timeout)  # type: ignore[return-value]
+
+
+def run_any(cmd: list[str], timeout: float) -> tuple[int, str]:
+    """Run ``cmd`` and return (exit code, stdout+stderr); a timeout or missing binary raises."""
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError as exc:
+        raise ProbeError("container_runtime_failed", f"{cmd[0]} not found") from exc
+    except subprocess.TimeoutExpired as exc:
+        raise ProbeError("probe_timeout", f"timed out after {timeout:g}s") from exc
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def free_percent(path: str, timeout: float) -> float:
+    """statvfs in a worker thread: a hung mount must not hang the gate."""
+
+    def probe() -> float:
+        st = os.statvfs(path)
+        return 100.0 * st.f_bavail / st.f_blocks if st.f_blocks else 0.0
+
+    return float(_in_thread(probe, f"statvfs({path})", timeout))  # type: ignore[arg-type]

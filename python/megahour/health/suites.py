@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from megahour.health import checks, probes
+import contextlib
+from pathlib import Path
+
+from megahour.health import checks, kernel_log, probes, xid_history
 from megahour.health.config import HealthConfig
 from megahour.health.verdict import Verdict
 
@@ -16,6 +19,22 @@ def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
         verdicts += _gpu_checks(config, suite)
         if suite == FULL:
             verdicts.append(_xid_check(config))
+    for mount in config.mounts:
+        try:
+            verdicts.append(
+                checks.mount(
+                    mount.path, probes.mount_state(mount.path, config.probe_timeout_s), mount.require_mount
+                )
+            )
+        except probes.ProbeError as exc:
+            verdicts.append(checks.mount(mount.path, None, mount.require_mount, error=str(exc)))
+    if config.container_runtime_command:
+        command = list(config.container_runtime_command)
+        try:
+            rc, output = probes.run_any(command, config.probe_timeout_s)
+            verdicts.append(checks.container_runtime(command, rc, output))
+        except probes.ProbeError as exc:
+            verdicts.append(checks.container_runtime(command, None, "", error=str(exc)))
     for rule in config.disks:
         try:
             verdicts.append(
@@ -57,4 +76,12 @@ def _xid_check(config: HealthConfig) -> Verdict:
         text = probes.run(list(config.kernel_log_command), config.probe_timeout_s)
     except probes.ProbeError as exc:
         return exc.verdict("xid")
-    return checks.xid(text.splitlines(), config.expect)
+    lines = text.splitlines()
+    history_path = Path(config.state_dir) / "xid-history.json"
+    history = xid_history.load(history_path)
+    boot = xid_history.current_boot_id()
+    verdict = checks.xid(lines, config.expect, earlier_boots=xid_history.earlier_boots(history, boot))
+    # A read-only state dir must not turn a verdict into a crash; recurrence just won't escalate.
+    with contextlib.suppress(OSError):
+        xid_history.record(history_path, history, boot, kernel_log.parse(kernel_log.since_watermark(lines)))
+    return verdict

@@ -75,6 +75,11 @@ class SweepPolicy:
             "disk_full",
             "disk_unreadable",
             "leftover_gpu_process",
+            "mount_missing",  # a remount or reboot brings the NVMe cache back
+            "mount_readonly",
+            "mount_unreadable",
+            "container_runtime_failed",
+            "container_nvml_error",  # typically a driver/library mismatch after an upgrade
         }
     )
     # A failed row remap means the GPU needs replacing; no health check can clear it.

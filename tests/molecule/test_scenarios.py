@@ -1,8 +1,10 @@
-"""The molecule `cluster` scenario: site.yml on three systemd containers.
+"""The molecule scenarios: site.yml on three systemd containers each.
 
-create -> converge -> idempotence (0 changed) -> verify, where verify asserts
-sinfo, srun, sbatch + sacct, GRES and the live resilience settings. Output is
-streamed so a long run shows progress; the log is kept under .cache/.
+- cluster: create -> converge -> idempotence (0 changed) -> check -> verify, where
+  verify asserts sinfo, srun, sbatch + sacct, GRES and the live resilience settings.
+- faults: create -> converge -> verify, where verify injects faults (cases a-g of
+  docs/resilience.md) and asserts Slurm state, traces, the sweeper and Alertmanager.
+Output is streamed so a long run shows progress; logs are kept under .cache/.
 """
 
 import os
@@ -14,13 +16,15 @@ import pytest
 from tests.conftest import BIN, REPO, tool
 
 pytestmark = pytest.mark.molecule
-LOG = REPO / ".cache" / "molecule-cluster.log"
+STAGES = {"cluster": ("converge", "idempotence", "check", "verify"), "faults": ("converge", "verify")}
 # Molecule's stage lines: "[cluster > converge] Executing" without a terminal,
 # "cluster ➜ converge: Executing" with one.
-STAGE = re.compile(r"(\[cluster > |cluster ➜ )\w+")
+STAGE = re.compile(r"(\[\w+ > |\w+ ➜ )\w+")
 
 
-def test_cluster_scenario(capsys):
+@pytest.mark.parametrize("scenario", sorted(STAGES))
+def test_scenario(scenario, capsys):
+    log_path = REPO / ".cache" / f"molecule-{scenario}.log"
     env = dict(
         os.environ,
         PATH=f"{BIN}:{os.environ.get('PATH', '')}",
@@ -33,11 +37,11 @@ def test_cluster_scenario(capsys):
         [tool("megahour"), "cluster", "image"], cwd=REPO, env=env, capture_output=True, text=True, check=False
     )
     assert image.returncode == 0, image.stdout + image.stderr
-    LOG.parent.mkdir(exist_ok=True)
+    log_path.parent.mkdir(exist_ok=True)
     lines = []
-    with capsys.disabled(), LOG.open("w") as log:
+    with capsys.disabled(), log_path.open("w") as log:
         proc = subprocess.Popen(
-            [tool("molecule"), "test", "-s", "cluster"],
+            [tool("molecule"), "test", "-s", scenario],
             cwd=REPO,
             env=env,
             text=True,
@@ -48,9 +52,9 @@ def test_cluster_scenario(capsys):
             log.write(line)
             lines.append(line)
             if STAGE.search(line) or "fatal:" in line:
-                print(f"  molecule | {line.rstrip()}", flush=True)
+                print(f"  molecule {scenario} | {line.rstrip()}", flush=True)
         rc = proc.wait()
     output = "".join(lines)
-    assert rc == 0, f"molecule failed (full log: {LOG}):\n" + "".join(lines[-150:])
-    for stage in ("converge", "idempotence", "check", "verify"):
+    assert rc == 0, f"molecule {scenario} failed (full log: {log_path}):\n" + "".join(lines[-150:])
+    for stage in STAGES[scenario]:
         assert re.search(rf"{stage}\]?:? Executed: Successful", output), f"molecule did not pass {stage}"
