@@ -16,8 +16,17 @@ COMPUTE_PREFIX = "gpu-"
 
 # Services each role must run once deployed; `cluster status` reports them.
 EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
-    "controller": ("munge", "mariadb", "slurmdbd", "slurmctld"),
-    "compute": ("munge", "slurmd"),
+    "controller": (
+        "munge",
+        "mariadb",
+        "slurmdbd",
+        "slurmctld",
+        "megahour-sweep.timer",
+        "prometheus",
+        "prometheus-alertmanager",
+        "prometheus-node-exporter",
+    ),
+    "compute": ("munge", "slurmd", "prometheus-node-exporter"),
 }
 
 

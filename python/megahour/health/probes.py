@@ -21,18 +21,14 @@ class ProbeError(RuntimeError):
 
 
 def run(cmd: list[str], timeout: float) -> str:
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError as exc:
-        raise ProbeError("gpu_query_failed", f"{cmd[0]} not found") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise ProbeError("probe_timeout", f"{' '.join(cmd)} timed out after {timeout:g}s") from exc
-    if proc.returncode != 0:
-        detail = (proc.stderr or proc.stdout).strip().splitlines()
+    """stdout of ``cmd``; a non-zero exit, a timeout or a missing binary raises (fail closed)."""
+    returncode, out, err = run_any(cmd, timeout, missing_reason="gpu_query_failed")
+    if returncode != 0:
+        detail = (err or out).strip().splitlines()
         raise ProbeError(
-            "gpu_query_failed", f"{' '.join(cmd)} exited {proc.returncode}: {detail[-1] if detail else ''}"
+            "gpu_query_failed", f"{' '.join(cmd)} exited {returncode}: {detail[-1] if detail else ''}"
         )
-    return proc.stdout
+    return out
 
 
 def smi_query(nvidia_smi: str, query: str, fields: list[str], timeout: float) -> smi.CsvResult:
@@ -73,15 +69,17 @@ def mount_state(path: str, timeout: float) -> dict[str, bool]:
     return _in_thread(probe, f"checking mount {path}", timeout)  # type: ignore[return-value]
 
 
-def run_any(cmd: list[str], timeout: float) -> tuple[int, str]:
-    """Run ``cmd`` and return (exit code, stdout+stderr); a timeout or missing binary raises."""
+def run_any(
+    cmd: list[str], timeout: float, missing_reason: str = "container_runtime_failed"
+) -> tuple[int, str, str]:
+    """(exit code, stdout, stderr) of ``cmd``; a timeout or a missing binary raises."""
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError as exc:
-        raise ProbeError("container_runtime_failed", f"{cmd[0]} not found") from exc
+        raise ProbeError(missing_reason, f"{cmd[0]} not found") from exc
     except subprocess.TimeoutExpired as exc:
-        raise ProbeError("probe_timeout", f"timed out after {timeout:g}s") from exc
-    return proc.returncode, proc.stdout + proc.stderr
+        raise ProbeError("probe_timeout", f"{' '.join(cmd)} timed out after {timeout:g}s") from exc
+    return proc.returncode, proc.stdout, proc.stderr
 
 
 def free_percent(path: str, timeout: float) -> float:

@@ -31,8 +31,8 @@ def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
     if config.container_runtime_command:
         command = list(config.container_runtime_command)
         try:
-            rc, output = probes.run_any(command, config.probe_timeout_s)
-            verdicts.append(checks.container_runtime(command, rc, output))
+            rc, out, err = probes.run_any(command, config.probe_timeout_s)
+            verdicts.append(checks.container_runtime(command, rc, out + err))
         except probes.ProbeError as exc:
             verdicts.append(checks.container_runtime(command, None, "", error=str(exc)))
     for rule in config.disks:
