@@ -220,3 +220,25 @@ def test_read_only_mount_fails():
     assert (
         checks.mount("/x", None, True, error="checking mount /x timed out after 5s").reason == "probe_timeout"
     )
+
+
+def test_healthcheck_never_overwrites_someone_elses_drain(node):
+    config, serve, _ = node
+    serve(remap=("GPU-a895322e-..., 0, 1, Yes, No",))
+    for current, expect_drain in (
+        ("ops: cable check [admin@2026-11-29T10:00:00]", False),  # an operator's drain stays theirs
+        ("Prolog error", True),  # Slurm's reason for our own failed Prolog: refine it
+        ("megahour:ecc_volatile_uncorrected GPU 1: 2", True),  # ours, but a different fault now
+        ("megahour:remap_pending GPU-a895322e-...: a row remap is pending", False),  # unchanged
+        (None, True),
+    ):
+        drained, stamped = [], []
+        gate.healthcheck(
+            config,
+            lambda n, r, out=drained: out.append(r),
+            lambda n, c=current: c,
+            node="gpu-1",
+            publish=lambda n, s, out=stamped: out.append(s),
+        )
+        assert bool(drained) is expect_drain, current
+        assert stamped and stamped[0].startswith("megahour-health:FAIL:remap_pending:")

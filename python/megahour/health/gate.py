@@ -106,12 +106,26 @@ def healthcheck(
     assert bad is not None
     reason = f"{config.drain_prefix}{bad.reason}"
     current = node_reason(node)
-    # Re-draining with the same reason would only churn the reason timestamp,
-    # which the sweeper's dwell time is measured from.
-    if current is None or not current.startswith(reason):
+    if _may_replace(current, config.drain_prefix, reason):
         drain(node, f"{reason} {bad.message}"[:200])
     print(f"megahour healthcheck {node}: drained: {summary(verdicts)}", file=sys.stderr)
     return 1
+
+
+# Reasons slurmd/slurmctld set when our own Prolog or Epilog failed: ours to refine.
+SLURM_GATE_REASONS = ("Prolog error", "Prolog/Epilog failure", "Epilog error")
+
+
+def _may_replace(current: str | None, prefix: str, reason: str) -> bool:
+    """Whether the health check may (re)write the drain reason.
+
+    Never over a reason someone else set (an operator's maintenance drain must
+    not become ours, or the sweeper could resume it). Not over the same reason
+    either: that would only reset the timestamp the sweeper's dwell counts from.
+    """
+    if current is None or current.startswith(SLURM_GATE_REASONS):
+        return True
+    return current.startswith(prefix) and not current.startswith(reason + " ") and current != reason
 
 
 def epilog(config: HealthConfig, env: Mapping[str, str]) -> int:
