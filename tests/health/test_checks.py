@@ -154,3 +154,21 @@ def test_rules_never_raise_on_arbitrary_cells(rows):
     result = smi.CsvResult(rows=rows)
     for verdict in (checks.gpu_inventory(result, H100), checks.ecc(result, H100)):
         assert verdict.reason and verdict.status in Status
+
+
+def test_recovery_action_from_xid_154():
+    line = (FIXTURES / "kernel-xid154-recovery-action.log").read_text().splitlines()
+    verdict = checks.recovery_action(line)
+    assert (verdict.status, verdict.reason) == (Status.FAIL, "gpu_recovery_action")
+    assert verdict.evidence["gpus"] == {"0009:01:00": "Drain and Reset"}
+    # The driver reports the action cleared (a real line's shape, values swapped back).
+    cleared = [
+        *line,
+        line[0].replace(
+            "from 0x0 (None) to 0x4 (Drain and Reset)", "from 0x4 (Drain and Reset) to 0x0 (None)"
+        ),
+    ]
+    assert checks.recovery_action(cleared).status is Status.PASS
+    reloaded = [*line, "[171200.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.161.07"]
+    assert checks.recovery_action(reloaded).status is Status.PASS
+    assert checks.recovery_action([]).status is Status.PASS

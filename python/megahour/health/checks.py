@@ -6,6 +6,7 @@ decides on the code, and docs/resilience.md explains each one.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from megahour.health import kernel_log, smi
@@ -301,3 +302,32 @@ def container_runtime(
             command=command,
         )
     return passed(check, f"{' '.join(command)} ok")
+
+
+_RECOVERY = re.compile(
+    r"GPU recovery action changed from \S+ \((?P<old>[^)]*)\) to (?P<code>\S+) \((?P<new>[^)]*)\)"
+)
+
+
+def recovery_action(lines: list[str]) -> Verdict:
+    """The driver's GPU recovery action, as Xid 154 logs each change, since the last driver load or reset.
+
+    Anything but None (Reset, Reboot, Drain P2P, Drain and Reset) means the GPU is not
+    ready for work, even when its ECC counters read clean (GSP faults).
+    """
+    check = "gpu_recovery_action"
+    latest: dict[str, tuple[str, str]] = {}
+    for event in kernel_log.parse(kernel_log.since_watermark(lines)):
+        match = _RECOVERY.search(event.message) if event.xid == 154 else None
+        if match:
+            latest[event.pci] = (match["new"], match["code"])
+    pending = {pci: action for pci, (action, _code) in latest.items() if action.strip().lower() != "none"}
+    if pending:
+        pci, action = sorted(pending.items())[0]
+        return _bad(
+            check,
+            "gpu_recovery_action",
+            f"{pci}: the driver asks for recovery action {action!r}",
+            gpus=pending,
+        )
+    return passed(check, "no recovery action pending")

@@ -18,7 +18,7 @@ def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
     if config.has_gpus:
         verdicts += _gpu_checks(config, suite)
         if suite == FULL:
-            verdicts.append(_xid_check(config))
+            verdicts += _kernel_log_checks(config)
     for mount in config.mounts:
         try:
             verdicts.append(
@@ -71,17 +71,20 @@ def _gpu_checks(config: HealthConfig, suite: str) -> list[Verdict]:
     return out
 
 
-def _xid_check(config: HealthConfig) -> Verdict:
+def _kernel_log_checks(config: HealthConfig) -> list[Verdict]:
     try:
         text = probes.run(list(config.kernel_log_command), config.probe_timeout_s)
     except probes.ProbeError as exc:
-        return exc.verdict("xid")
+        return [exc.verdict("xid"), exc.verdict("gpu_recovery_action")]
     lines = text.splitlines()
     history_path = Path(config.state_dir) / "xid-history.json"
     history = xid_history.load(history_path)
     boot = xid_history.current_boot_id()
-    verdict = checks.xid(lines, config.expect, earlier_boots=xid_history.earlier_boots(history, boot))
+    verdicts = [
+        checks.xid(lines, config.expect, earlier_boots=xid_history.earlier_boots(history, boot)),
+        checks.recovery_action(lines),
+    ]
     # A read-only state dir must not turn a verdict into a crash; recurrence just won't escalate.
     with contextlib.suppress(OSError):
         xid_history.record(history_path, history, boot, kernel_log.parse(kernel_log.since_watermark(lines)))
-    return verdict
+    return verdicts
