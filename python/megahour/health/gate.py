@@ -13,7 +13,6 @@ Every run leaves its verdicts in the state directory (for traces and the sweeper
 from __future__ import annotations
 
 import json
-import os
 import socket
 import sys
 import time
@@ -139,7 +138,3 @@ def epilog(config: HealthConfig, env: Mapping[str, str]) -> int:
     record(config, f"epilog-{job}", FULL, verdicts, extra)
     print(f"megahour epilog job {job}: {summary(verdicts)}", file=sys.stderr)
     return 0 if gate_passes(verdicts) else 1
-
-
-def environ() -> Mapping[str, str]:
-    return os.environ
