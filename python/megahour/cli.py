@@ -204,6 +204,137 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
     return 0 if report.ok else 1
 
 
+def _progress(console: Console, label: str):
+    """A rich progress bar driven by (done, total) callbacks; returns (context, callback)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    bar = Progress(
+        TextColumn("[bold]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+        transient=True,
+    )
+    tasks: dict[str, int] = {}
+
+    def update(*args: object) -> None:
+        stage, (done, total) = (args[0], args[1:]) if len(args) == 3 else (label, args)
+        if stage not in tasks:
+            tasks[stage] = bar.add_task(f"{label} {stage}" if stage != label else label, total=total)
+        bar.update(tasks[stage], completed=done, total=total)
+
+    return bar, update
+
+
+def _cmd_episodes_simulate(args: argparse.Namespace, console: Console) -> int:
+    from megahour.episodes import mcapio, sim
+
+    config = sim.SimConfig(seed=args.seed, duration_s=args.duration)
+    if args.cameras == 4:
+        config = config.four_cameras()
+    bar, update = _progress(console, "render")
+    with bar:
+        recording = sim.simulate(config, progress=update)
+    size = mcapio.write_raw(recording, Path(args.output))
+    result = {
+        "output": args.output,
+        "episode_id": recording.episode_id,
+        "bytes": size,
+        "topics": {t: len(m) for t, m in recording.messages.items()},
+    }
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        console.print(f"wrote {args.output}: {size} bytes, {sum(result['topics'].values())} messages")
+    return 0
+
+
+def _cmd_episodes_transcode(args: argparse.Namespace, console: Console) -> int:
+    from megahour.episodes.layout import DEFAULT_GROUPS
+    from megahour.episodes.transcode import TranscodeOptions, parse_groups, transcode
+
+    options = TranscodeOptions(
+        pattern=args.pattern,
+        groups=parse_groups(args.group) if args.group else DEFAULT_GROUPS,
+        crf=args.crf,
+        preset=args.preset,
+        require_topics=tuple(args.require),
+    )
+    bar, update = _progress(console, "transcode")
+    with bar:
+        report = transcode(Path(args.raw), Path(args.output), options, progress=update)
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        console.print(
+            f"wrote {report.output}: {report.output_file_bytes} bytes (raw {report.raw_file_bytes}); "
+            f"video payload {report.video_payload_bytes} vs JPEG {report.jpeg_payload_bytes} "
+            f"({report.payload_reduction:.1%} smaller), {report.chunks} chunks, {report.seconds:.1f} s"
+        )
+    return 0
+
+
+def _cmd_episodes_inspect(args: argparse.Namespace, console: Console) -> int:
+    from megahour.episodes.bench import describe
+
+    info = describe(args.episode)
+    if args.json:
+        print(json.dumps(info, indent=2))
+        return 0
+    layout = info["layout"]
+    console.print(
+        f"{info['path']}: {info['bytes']} bytes, {info['duration_s']:.2f} s, "
+        + (f"layout v{layout['version']} pattern {layout['pattern']}" if layout else "no megahour layout")
+    )
+    table = Table("topic", "schema", "messages", "rate Hz", "group", "keyframes")
+    for topic, t in info["topics"].items():
+        table.add_row(
+            topic,
+            t["schema"],
+            str(t["messages"]),
+            str(t["rate_hz"]),
+            t["group"] or "-",
+            str(t["keyframes"] or "-"),
+        )
+    console.print(table)
+    by_group: dict[str, list[dict]] = {}
+    for chunk in info["chunks"]:
+        by_group.setdefault(chunk["group"] or ",".join(chunk["topics"]), []).append(chunk)
+    table = Table("chunks of", "count", "bytes", "compression")
+    for name, chunks in by_group.items():
+        kinds = sorted({c["compression"] for c in chunks})
+        table.add_row(name, str(len(chunks)), str(sum(c["length"] for c in chunks)), ",".join(kinds))
+    console.print(table)
+    return 0
+
+
+def _cmd_episodes_bench(args: argparse.Namespace, console: Console) -> int:
+    from megahour.episodes.bench import bench_location
+    from megahour.episodes.httpserve import RangeServer
+    from megahour.episodes.layout import sample_spec
+
+    spec = sample_spec(args.spec)
+    bar, update = _progress(console, f"read {args.spec} samples")
+    with bar:
+        if args.latency_ms is not None:
+            path = Path(args.episode).resolve()
+            with RangeServer(path.parent, latency_s=args.latency_ms / 1000) as server:
+                figures = bench_location(server.url(path), spec, args.samples, args.seed, update)
+        else:
+            figures = bench_location(args.episode, spec, args.samples, args.seed, update)
+    result = {"episode": args.episode, "spec": args.spec, "latency_ms": args.latency_ms, **figures.to_dict()}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        console.print(
+            f"{args.samples} {args.spec} samples: {figures.fetches_per_sample:.2f} fetches and "
+            f"{figures.bytes_per_sample / 1024:.0f} KiB per sample, latency mean "
+            f"{figures.latency_mean_s * 1000:.1f} ms, p99 {figures.latency_p99_s * 1000:.1f} ms"
+        )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -284,6 +415,48 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_sweep)
 
+    eps = sub.add_parser("episodes", help="episode container: simulate, transcode, inspect, bench")
+    eps = eps.add_subparsers(dest="sub", required=True)
+    p = eps.add_parser("simulate", help="render a seeded pybullet episode as a raw per-frame-JPEG MCAP")
+    p.add_argument("output")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--duration", type=float, default=10.0, help="seconds (default 10)")
+    p.add_argument("--cameras", type=int, choices=(2, 4), default=2)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_episodes_simulate)
+    p = eps.add_parser("transcode", help="raw episode -> H.264, read-pattern GOP, topic-group chunks")
+    p.add_argument("raw")
+    p.add_argument("output")
+    p.add_argument("--pattern", default="vla", help="read pattern: vla (short GOP) or world_model (long GOP)")
+    p.add_argument("--crf", type=int, default=23, help="x264 CRF (lower = better quality, bigger)")
+    p.add_argument("--preset", default="medium", help="x264 preset")
+    p.add_argument(
+        "--group",
+        action="append",
+        default=[],
+        help="topic group name=/a,/b*[@chunk_seconds]; repeat per group (default: cameras/proprio/context)",
+    )
+    p.add_argument("--require", action="append", default=[], help="fail unless this topic is present")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_episodes_transcode)
+    p = eps.add_parser("inspect", help="topics, groups, chunks and keyframes of an episode (path or URL)")
+    p.add_argument("episode")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_episodes_inspect)
+    p = eps.add_parser("bench", help="read random samples and report fetches, bytes and latency")
+    p.add_argument("episode", help="path or URL (http://, or any fsspec URL)")
+    p.add_argument("--spec", default="vla", help="sample spec: vla or world_model")
+    p.add_argument("--samples", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--latency-ms",
+        type=float,
+        default=None,
+        help="serve the file over local HTTP with this per-request latency",
+    )
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_episodes_bench)
+
     inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)
     p = inv.add_parser("validate", help="check an inventory before deploying")
     p.add_argument("-i", "--inventory", required=True, help="inventory directory or file")
@@ -299,9 +472,14 @@ def main(argv: list[str] | None = None) -> int:
     from megahour.cluster.spec import SpecError
     from megahour.health.config import ConfigError
 
+    errors: tuple[type[Exception], ...] = (PodmanError, SpecError, ConfigError)
+    if args.command == "episodes":
+        from megahour.episodes.errors import EpisodeError, LayoutError
+
+        errors = (*errors, EpisodeError, LayoutError, ValueError)
     try:
         return args.func(args, console)
-    except (PodmanError, SpecError, ConfigError) as exc:
+    except errors as exc:
         console.print(f"[red]error:[/] {exc}", highlight=False)
         return 1
 

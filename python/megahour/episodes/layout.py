@@ -1,0 +1,254 @@
+"""Read-pattern layout: GOP presets, topic groups, sample specs and the index math (pure, no I/O).
+
+The layout follows how data is read, not what its schema is:
+- a *read pattern* preset fixes the H.264 GOP (short for sparse VLA windows, long for contiguous
+  world-model clips) and the chunk window of the non-video groups;
+- *topic groups* collect the topics that one sample reads together. Each group is written as one
+  contiguous, time-major section of chunks, so a sample costs one ranged read per group it touches,
+  whatever the number of topics in it;
+- video chunks close on GOP boundaries, so the first chunk a read touches starts with the keyframe.
+"""
+
+from __future__ import annotations
+
+import bisect
+import fnmatch
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+from megahour.episodes.errors import LayoutError
+
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True)
+class ReadPattern:
+    """A declared read pattern: how long a GOP is and how wide non-video chunks are."""
+
+    name: str
+    gop_s: float
+    data_chunk_s: float
+    description: str
+
+    def gop_frames(self, rate_hz: float) -> int:
+        return max(1, round(self.gop_s * rate_hz))
+
+
+READ_PATTERNS: dict[str, ReadPattern] = {
+    "vla": ReadPattern(
+        "vla",
+        gop_s=0.5,
+        data_chunk_s=1.0,
+        description="short sparse windows (a few frames at t): a seek per sample, so short GOPs",
+    ),
+    "world_model": ReadPattern(
+        "world_model",
+        gop_s=4.0,
+        data_chunk_s=4.0,
+        description="long contiguous clips: one keyframe amortized over the clip, so long GOPs",
+    ),
+}
+
+
+def read_pattern(name: str) -> ReadPattern:
+    try:
+        return READ_PATTERNS[name]
+    except KeyError:
+        raise LayoutError(
+            f"unknown read pattern {name!r}; use one of {', '.join(sorted(READ_PATTERNS))}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class TopicGroup:
+    """Topics read together. ``topics`` are exact names or fnmatch patterns ("/camera/*")."""
+
+    name: str
+    topics: tuple[str, ...]
+    chunk_s: float | None = None  # None: the GOP for video groups, the preset's data window otherwise
+
+    def matches(self, topic: str) -> bool:
+        return any(fnmatch.fnmatchcase(topic, pattern) for pattern in self.topics)
+
+
+DEFAULT_GROUPS: tuple[TopicGroup, ...] = (
+    TopicGroup("cameras", ("/camera/*",)),
+    TopicGroup("proprio", ("/joint_states", "/action", "/gripper/*")),
+    TopicGroup("context", ("/events",), chunk_s=3600.0),
+)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """A resolved layout: which group each topic is in, and the GOP/chunk windows."""
+
+    pattern: ReadPattern
+    groups: tuple[TopicGroup, ...]
+    group_of: dict[str, str] = field(default_factory=dict)
+
+    def topics_in(self, group: str) -> list[str]:
+        return sorted(topic for topic, name in self.group_of.items() if name == group)
+
+    def chunk_ns(self, group: str, video_rate_hz: float | None) -> int:
+        spec = next(g for g in self.groups if g.name == group)
+        if spec.chunk_s is not None:
+            return max(1, round(spec.chunk_s * NS))
+        if video_rate_hz:
+            # Exactly one GOP per chunk: the window is gop_frames frame periods.
+            return round(self.pattern.gop_frames(video_rate_hz) * NS / video_rate_hz)
+        return max(1, round(self.pattern.data_chunk_s * NS))
+
+
+def resolve_layout(pattern: str | ReadPattern, groups: Sequence[TopicGroup], topics: Iterable[str]) -> Layout:
+    """Assign every topic to exactly one group, or say which topic is wrong and how to fix it."""
+    pattern = read_pattern(pattern) if isinstance(pattern, str) else pattern
+    names = [g.name for g in groups]
+    if len(set(names)) != len(names):
+        raise LayoutError(f"topic group names repeat: {names}; give each group its own name")
+    group_of: dict[str, str] = {}
+    for topic in sorted(topics):
+        hits = [g.name for g in groups if g.matches(topic)]
+        if not hits:
+            raise LayoutError(
+                f"topic {topic} is in no topic group; add it (or a pattern for it) to a group's topics"
+            )
+        if len(hits) > 1:
+            raise LayoutError(
+                f"topic {topic} matches groups {hits}; a topic is read in one pattern, "
+                "so narrow the patterns until it matches one group"
+            )
+        group_of[topic] = hits[0]
+    return Layout(pattern=pattern, groups=tuple(groups), group_of=group_of)
+
+
+# --- sample specs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class FrameWindow:
+    """``frames`` frames per topic, ``stride`` frames apart, the last one at or before t."""
+
+    topics: tuple[str, ...]
+    frames: int
+    stride: int = 1
+
+
+@dataclass(frozen=True)
+class SeriesWindow:
+    """Every message in [t - before_s, t + after_s] per topic (history and action chunks)."""
+
+    topics: tuple[str, ...]
+    before_s: float
+    after_s: float
+
+
+@dataclass(frozen=True)
+class SampleSpec:
+    name: str
+    frames: tuple[FrameWindow, ...] = ()
+    series: tuple[SeriesWindow, ...] = ()
+
+    def topics(self) -> list[str]:
+        out: list[str] = []
+        for window in (*self.frames, *self.series):
+            out.extend(t for t in window.topics if t not in out)
+        return out
+
+    def reach_ns(self, frame_rate_hz: dict[str, float]) -> tuple[int, int]:
+        """How far before and after t the sample reaches, in ns."""
+        before = after = 0
+        for window in self.frames:
+            for topic in window.topics:
+                period = NS / frame_rate_hz[topic]
+                before = max(before, round((window.frames - 1) * window.stride * period))
+        for window in self.series:
+            before = max(before, round(window.before_s * NS))
+            after = max(after, round(window.after_s * NS))
+        return before, after
+
+
+SAMPLE_SPECS: dict[str, SampleSpec] = {
+    # A VLA step: the last 4 frames of two cameras, 2 s of proprio history, a 1 s action chunk ahead.
+    "vla": SampleSpec(
+        "vla",
+        frames=(FrameWindow(("/camera/scene/image", "/camera/wrist/image"), frames=4),),
+        series=(
+            SeriesWindow(("/joint_states", "/gripper/state"), before_s=2.0, after_s=0.0),
+            SeriesWindow(("/action",), before_s=0.0, after_s=1.0),
+        ),
+    ),
+    # A world-model clip: 2 s of contiguous frames from two cameras with the actions over the clip.
+    "world_model": SampleSpec(
+        "world_model",
+        frames=(FrameWindow(("/camera/scene/image", "/camera/wrist/image"), frames=60),),
+        series=(SeriesWindow(("/action", "/joint_states"), before_s=2.0, after_s=0.5),),
+    ),
+}
+
+
+def sample_spec(name: str) -> SampleSpec:
+    try:
+        return SAMPLE_SPECS[name]
+    except KeyError:
+        raise LayoutError(
+            f"unknown sample spec {name!r}; use one of {', '.join(sorted(SAMPLE_SPECS))}"
+        ) from None
+
+
+# --- index math -----------------------------------------------------------------------------------
+
+
+def frame_indices(frame_times: Sequence[int], t_ns: int, frames: int, stride: int) -> list[int] | None:
+    """Indices of the ``frames`` frames ending at the last frame at or before ``t_ns``.
+
+    None when the window reaches before the first frame or ``t_ns`` precedes every frame.
+    """
+    last = bisect.bisect_right(frame_times, t_ns) - 1
+    first = last - (frames - 1) * stride
+    if last < 0 or first < 0:
+        return None
+    return list(range(first, last + 1, stride))
+
+
+def keyframe_for(keyframe_indices: Sequence[int], frame_index: int) -> int:
+    """The index of the keyframe at or before ``frame_index`` (the decode has to start there)."""
+    pos = bisect.bisect_right(keyframe_indices, frame_index) - 1
+    if pos < 0:
+        raise ValueError(f"frame {frame_index} precedes the first keyframe {keyframe_indices[:1]}")
+    return keyframe_indices[pos]
+
+
+@dataclass(frozen=True)
+class ChunkRef:
+    """One chunk of a group section: its time bounds and where its bytes are."""
+
+    start_ns: int
+    end_ns: int
+    offset: int
+    length: int
+
+
+def chunks_for_span(chunks: Sequence[ChunkRef], start_ns: int, end_ns: int) -> list[ChunkRef]:
+    """The chunks (sorted by start time) whose time bounds overlap [start_ns, end_ns]."""
+    return [c for c in chunks if c.end_ns >= start_ns and c.start_ns <= end_ns]
+
+
+def coalesce(chunks: Sequence[ChunkRef]) -> tuple[int, int]:
+    """One byte range (offset, length) that covers ``chunks``: a single ranged read."""
+    if not chunks:
+        raise ValueError("no chunks to read")
+    start = min(c.offset for c in chunks)
+    end = max(c.offset + c.length for c in chunks)
+    return start, end - start
+
+
+def window_plan(start_ns: int, end_ns: int, chunk_ns: int) -> list[tuple[int, int]]:
+    """Half-open windows [a, b) of ``chunk_ns`` from ``start_ns`` that cover [start_ns, end_ns]."""
+    if chunk_ns <= 0:
+        raise ValueError("chunk window must be positive")
+    windows = []
+    a = start_ns
+    while a <= end_ns:
+        windows.append((a, a + chunk_ns))
+        a += chunk_ns
+    return windows

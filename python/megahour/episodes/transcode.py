@@ -1,0 +1,235 @@
+"""Raw episode (per-frame JPEG) to the tuned container (H.264, read-pattern GOP, topic groups).
+
+The whole raw episode is read and checked before anything is written, and the output goes through a
+temporary file renamed into place, so a corrupt input leaves no output file behind.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from megahour.episodes import mcapio, schemas, video
+from megahour.episodes.errors import MissingTopicError
+from megahour.episodes.layout import (
+    DEFAULT_GROUPS,
+    Layout,
+    ReadPattern,
+    TopicGroup,
+    read_pattern,
+    resolve_layout,
+)
+from megahour.episodes.model import Message, Recording, TopicSpec
+from megahour.episodes.source import LocalSource
+
+LAYOUT_VERSION = 1
+Progress = Callable[[str, int, int], None]
+
+
+@dataclass(frozen=True)
+class TranscodeOptions:
+    pattern: str = "vla"
+    groups: tuple[TopicGroup, ...] = DEFAULT_GROUPS
+    crf: int = 23
+    preset: str = "medium"
+    # "grouped" is the megahour layout; "per_topic" keeps H.264 but chunks like a recorder (a baseline).
+    chunking: str = "grouped"
+    per_topic_chunk_bytes: int = 1 << 20
+    gop_s: float | None = None  # overrides the pattern's GOP (the benchmark's GOP sweep)
+    require_topics: tuple[str, ...] = ()
+
+
+@dataclass
+class TranscodeReport:
+    source: str
+    output: str
+    pattern: str
+    chunking: str
+    gop_frames: dict[str, int]
+    frames: int
+    jpeg_payload_bytes: int
+    video_payload_bytes: int
+    raw_file_bytes: int
+    output_file_bytes: int
+    chunks: int
+    seconds: float
+
+    @property
+    def payload_reduction(self) -> float:
+        return 1.0 - self.video_payload_bytes / self.jpeg_payload_bytes if self.jpeg_payload_bytes else 0.0
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "payload_reduction": self.payload_reduction}
+
+
+def transcode(
+    raw_path: str | Path,
+    out_path: str | Path,
+    options: TranscodeOptions | None = None,
+    progress: Progress | None = None,
+) -> TranscodeReport:
+    options = options or TranscodeOptions()
+    began = time.perf_counter()
+    with LocalSource(raw_path) as source:
+        recording = mcapio.read_recording(source)
+    for topic in options.require_topics:
+        if topic not in recording.topics:
+            raise MissingTopicError(
+                str(raw_path),
+                "a required topic is absent",
+                topic=topic,
+                fix="record the topic, or drop it from --require",
+            )
+    pattern = read_pattern(options.pattern)
+    if options.gop_s is not None:
+        pattern = ReadPattern(pattern.name, options.gop_s, pattern.data_chunk_s, pattern.description)
+    layout = resolve_layout(pattern, options.groups, recording.topics)
+    tuned, keyframes, gops = encode_cameras(recording, layout, options, progress)
+    if options.chunking == "grouped":
+        chunks = grouped_chunks(tuned, layout)
+        metadata = {mcapio.LAYOUT_METADATA: {"layout": json.dumps(layout_record(tuned, layout, options))}}
+    elif options.chunking == "per_topic":
+        chunks = mcapio.per_topic_chunks(tuned.messages, options.per_topic_chunk_bytes)
+        metadata = {}
+    else:
+        raise ValueError(f"chunking must be 'grouped' or 'per_topic', got {options.chunking!r}")
+    metadata[mcapio.KEYFRAMES_METADATA] = {topic: json.dumps(times) for topic, times in keyframes.items()}
+    if progress:
+        progress("write", 0, 1)
+    size = mcapio.write_episode(out_path, tuned.topics, chunks, metadata)
+    if progress:
+        progress("write", 1, 1)
+    jpeg = sum(
+        len(schemas.decode_payload(s.schema, m.data))
+        for t, s in recording.topics.items()
+        if s.kind == "image"
+        for m in recording.messages[t]
+    )
+    h264 = sum(
+        len(schemas.decode_payload(s.schema, m.data))
+        for t, s in tuned.topics.items()
+        if s.kind == "video"
+        for m in tuned.messages[t]
+    )
+    return TranscodeReport(
+        source=str(raw_path),
+        output=str(out_path),
+        pattern=pattern.name,
+        chunking=options.chunking,
+        gop_frames=gops,
+        frames=sum(len(tuned.messages[t]) for t, s in tuned.topics.items() if s.kind == "video"),
+        jpeg_payload_bytes=jpeg,
+        video_payload_bytes=h264,
+        raw_file_bytes=Path(raw_path).stat().st_size,
+        output_file_bytes=size,
+        chunks=len(chunks),
+        seconds=time.perf_counter() - began,
+    )
+
+
+def video_window_ns(pattern: ReadPattern, rate_hz: float) -> int:
+    """The GOP as a time window: IDRs fall on the first frame of each window, for every camera."""
+    return round(pattern.gop_frames(rate_hz) * 1e9 / rate_hz)
+
+
+def encode_cameras(
+    recording: Recording, layout: Layout, options: TranscodeOptions, progress: Progress | None
+) -> tuple[Recording, dict[str, list[int]], dict[str, int]]:
+    """Re-encode every JPEG camera as H.264; returns the new recording, keyframe times and GOP sizes."""
+    topics = dict(recording.topics)
+    messages = dict(recording.messages)
+    keyframe_times: dict[str, list[int]] = {}
+    gops: dict[str, int] = {}
+    cameras = [spec for spec in recording.topics.values() if spec.kind == "image"]
+    total = sum(len(recording.messages[c.topic]) for c in cameras)
+    done = 0
+    for spec in cameras:
+        msgs = recording.messages[spec.topic]
+        frames = [video.decode_jpeg(schemas.decode_payload(spec.schema, m.data)) for m in msgs]
+        window = video_window_ns(layout.pattern, spec.rate_hz)
+        windows = [(m.log_time - recording.start_ns) // window for m in msgs]
+        forced = {i for i in range(len(msgs)) if i == 0 or windows[i] != windows[i - 1]}
+        gop = layout.pattern.gop_frames(spec.rate_hz)
+        settings = video.H264Settings(gop=gop, crf=options.crf, preset=options.preset, rate_hz=spec.rate_hz)
+        encoded = video.encode_h264(np.stack(frames), settings, keyframes=forced)
+        frame_id = spec.frame_id or spec.topic
+        messages[spec.topic] = [
+            Message(m.log_time, schemas.encode_video_frame(m.log_time, frame_id, e.data))
+            for m, e in zip(msgs, encoded, strict=True)
+        ]
+        height, width = frames[0].shape[:2]
+        topics[spec.topic] = TopicSpec(spec.topic, "video", spec.rate_hz, frame_id, width, height)
+        keyframe_times[spec.topic] = [msgs[i].log_time for i in sorted(forced)]
+        gops[spec.topic] = gop
+        done += len(msgs)
+        if progress:
+            progress("encode", done, total)
+    tuned = Recording(
+        recording.episode_id, topics, messages, recording.start_ns, recording.end_ns, dict(recording.metadata)
+    )
+    return tuned, keyframe_times, gops
+
+
+def grouped_chunks(recording: Recording, layout: Layout) -> list[mcapio.PlannedChunk]:
+    """Group sections in declared order; each is time-major with chunks closing on window boundaries.
+
+    Video groups close chunks on GOP windows and are stored uncompressed; the others use the group's
+    data window and zstd.
+    """
+    chunks: list[mcapio.PlannedChunk] = []
+    for group in layout.groups:
+        topics = layout.topics_in(group.name)
+        if not topics:
+            continue
+        video_rates = [recording.topics[t].rate_hz for t in topics if recording.topics[t].kind == "video"]
+        if video_rates and group.chunk_s is None:
+            window = video_window_ns(layout.pattern, min(video_rates))
+        else:
+            window = layout.chunk_ns(group.name, None)
+        compression = "none" if video_rates else "zstd"
+        current: list[tuple[str, Message]] = []
+        current_window: int | None = None
+        for topic, message in mcapio.merged_time_major({t: recording.messages[t] for t in topics}):
+            index = (message.log_time - recording.start_ns) // window
+            if current and index != current_window:
+                chunks.append(mcapio.PlannedChunk(current, compression))
+                current = []
+            current_window = index
+            current.append((topic, message))
+        if current:
+            chunks.append(mcapio.PlannedChunk(current, compression))
+    return chunks
+
+
+def layout_record(recording: Recording, layout: Layout, options: TranscodeOptions) -> dict:
+    """What the reader needs to know about the layout, stored in the file's metadata."""
+    return {
+        "version": LAYOUT_VERSION,
+        "pattern": layout.pattern.name,
+        "gop_s": layout.pattern.gop_s,
+        "crf": options.crf,
+        "groups": [
+            {"name": g.name, "topics": layout.topics_in(g.name)}
+            for g in layout.groups
+            if layout.topics_in(g.name)
+        ],
+    }
+
+
+def parse_groups(specs: Sequence[str]) -> tuple[TopicGroup, ...]:
+    """CLI form ``name=pattern,pattern[@chunk_s]`` to TopicGroups."""
+    groups = []
+    for spec in specs:
+        name, sep, rest = spec.partition("=")
+        if not sep or not name or not rest:
+            raise ValueError(f"group {spec!r} should look like name=/topic/a,/topic/b*[@seconds]")
+        patterns, _, chunk = rest.partition("@")
+        groups.append(
+            TopicGroup(name, tuple(p for p in patterns.split(",") if p), float(chunk) if chunk else None)
+        )
+    return tuple(groups)

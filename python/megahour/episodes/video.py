@@ -1,0 +1,117 @@
+"""Frame codecs: H.264 (libx264 through PyAV) with a fixed GOP, and per-frame JPEG (Pillow).
+
+H.264 is written the way ``foxglove.CompressedVideo`` requires: Annex B, one frame per message, no
+B-frames, and an SPS/PPS in front of every IDR so that decoding can start at any keyframe. Keyframes
+fall exactly every ``gop`` frames (scene-cut detection off), so chunk boundaries can sit on them.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from fractions import Fraction
+
+import av
+import numpy as np
+from PIL import Image
+
+
+@dataclass(frozen=True)
+class H264Settings:
+    gop: int
+    crf: int = 23
+    preset: str = "medium"
+    rate_hz: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.gop < 1:
+            raise ValueError(f"gop must be at least 1 frame, got {self.gop}")
+        if not 0 <= self.crf <= 51:
+            raise ValueError(f"crf must be 0..51 (lower is better quality), got {self.crf}")
+
+
+@dataclass(frozen=True)
+class EncodedFrame:
+    data: bytes
+    keyframe: bool
+
+
+def encode_h264(
+    frames: list[np.ndarray] | np.ndarray, settings: H264Settings, keyframes: set[int] | None = None
+) -> list[EncodedFrame]:
+    """Encode RGB uint8 frames [H, W, 3]; returns one Annex B access unit per input frame.
+
+    ``keyframes`` forces IDR frames at those indices (and nowhere else), so that several cameras can
+    share GOP boundaries in time; without it an IDR falls every ``settings.gop`` frames.
+    """
+    if len(frames) == 0:
+        return []
+    height, width = frames[0].shape[:2]
+    if width % 2 or height % 2:
+        raise ValueError(f"H.264 4:2:0 needs even frame sizes, got {width}x{height}; crop or pad the camera")
+    ctx = av.CodecContext.create("libx264", "w")
+    ctx.width, ctx.height = width, height
+    ctx.pix_fmt = "yuv420p"
+    rate = Fraction(settings.rate_hz).limit_denominator(1001)
+    ctx.time_base = 1 / rate
+    ctx.framerate = rate
+    ctx.gop_size = settings.gop
+    ctx.max_b_frames = 0
+    ctx.thread_count = 1  # frame threads would reorder latency, not output; one thread keeps runs repeatable
+    # With forced keyframes the encoder's own interval is pushed past the episode so it adds none.
+    keyint = settings.gop if keyframes is None else max(len(frames) + 1, settings.gop)
+    ctx.options = {
+        "crf": str(settings.crf),
+        "preset": settings.preset,
+        "forced-idr": "1",
+        "x264-params": (
+            f"keyint={keyint}:min-keyint={keyint}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1"
+        ),
+    }
+    out: list[EncodedFrame] = []
+    for index, rgb in enumerate(frames):
+        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(
+            format="yuv420p"
+        )
+        frame.pts = index
+        if keyframes is not None and index in keyframes:
+            frame.pict_type = av.video.frame.PictureType.I
+        out.extend(EncodedFrame(bytes(p), bool(p.is_keyframe)) for p in ctx.encode(frame))
+    out.extend(EncodedFrame(bytes(p), bool(p.is_keyframe)) for p in ctx.encode(None))
+    if len(out) != len(frames):
+        raise RuntimeError(f"libx264 returned {len(out)} packets for {len(frames)} frames")
+    if keyframes is not None and {i for i, f in enumerate(out) if f.keyframe} != set(keyframes):
+        raise RuntimeError("libx264 did not place IDR frames where they were forced")
+    return out
+
+
+class H264Decoder:
+    """Decodes a run of access units that starts at a keyframe; one decoder per run keeps runs independent."""
+
+    def __init__(self) -> None:
+        self._ctx = av.CodecContext.create("h264", "r")
+        self._ctx.thread_count = 1
+
+    def decode(self, units: list[bytes]) -> list[np.ndarray]:
+        frames: list[np.ndarray] = []
+        for unit in units:
+            for frame in self._ctx.decode(av.Packet(unit)):
+                frames.append(frame.to_ndarray(format="rgb24"))
+        for frame in self._ctx.decode(None):
+            frames.append(frame.to_ndarray(format="rgb24"))
+        return frames
+
+
+def decode_h264_run(units: list[bytes]) -> list[np.ndarray]:
+    return H264Decoder().decode(units)
+
+
+def encode_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
+    buffer = io.BytesIO()
+    Image.fromarray(rgb).save(buffer, "JPEG", quality=quality)
+    return buffer.getvalue()
+
+
+def decode_jpeg(data: bytes) -> np.ndarray:
+    with Image.open(io.BytesIO(data)) as image:
+        return np.asarray(image.convert("RGB"))

@@ -1,0 +1,246 @@
+"""Writer, reader and bad input, on a small synthetic episode (real mcap, libx264 and HTTP)."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import numpy as np
+import pytest
+from mcap.reader import make_reader
+
+from megahour.episodes import layout, mcapio, quality, schemas, transcode
+from megahour.episodes.errors import (
+    CorruptEpisodeError,
+    MissingTopicError,
+    SampleWindowError,
+    TimestampOrderError,
+    UnknownSchemaError,
+)
+from megahour.episodes.httpserve import RangeServer
+from megahour.episodes.model import Message, TopicSpec
+from megahour.episodes.reader import EpisodeReader
+from megahour.episodes.source import LocalSource
+
+from .conftest import synthetic_recording
+
+
+@pytest.fixture(scope="module")
+def tuned(raw_episode, tmp_path_factory) -> tuple[Path, transcode.TranscodeReport]:
+    raw, _, _ = raw_episode
+    out = tmp_path_factory.mktemp("tuned") / "ours.mcap"
+    return out, transcode.transcode(raw, out)
+
+
+def frame_index(times: np.ndarray, start: int, rate: float) -> list[int]:
+    all_times = [start + round(k * 1e9 / rate) for k in range(10_000)]
+    return [all_times.index(int(t)) for t in times]
+
+
+def test_stock_reader_reads_every_message(raw_episode, tuned) -> None:
+    _, recording, _ = raw_episode
+    path, _ = tuned
+    with open(path, "rb") as handle:
+        reader = make_reader(handle)
+        counts: dict[str, int] = {}
+        for schema, channel, _message in reader.iter_messages(log_time_order=True):
+            counts[channel.topic] = counts.get(channel.topic, 0) + 1
+            if channel.topic.startswith("/camera/"):
+                assert schema.name == "foxglove.CompressedVideo"
+    assert counts == {topic: len(msgs) for topic, msgs in recording.messages.items()}
+
+
+def test_video_chunks_are_raw_start_on_keyframes_and_others_zstd(tuned) -> None:
+    path, _ = tuned
+    with LocalSource(path) as source:
+        index = mcapio.open_index(source)
+        keyframes = {t: set(index.keyframe_times(t)) for t in index.channels if t.startswith("/camera/")}
+        cams = {index.channels[t].id for t in keyframes}
+        for chunk in index.chunk_indexes:
+            if cams & set(chunk.message_index_offsets):
+                assert chunk.compression == ""
+                assert set(chunk.message_index_offsets) <= cams  # one group per chunk
+                data = source.read_range(chunk.chunk_start_offset, chunk.chunk_length)
+                first = {}
+                for channel_id, log_time, payload in mcapio.messages_in_range(path, data, 0, cams):
+                    first.setdefault(channel_id, (log_time, payload))
+                for channel_id, (log_time, payload) in first.items():
+                    topic = next(t for t, info in index.channels.items() if info.id == channel_id)
+                    assert log_time in keyframes[topic]
+                    units = schemas.decode_payload("foxglove.CompressedVideo", payload)
+                    assert b"\x00\x00\x00\x01\x67" in units[:64] or b"\x00\x00\x01\x67" in units[:64]  # SPS
+            else:
+                assert chunk.compression == "zstd"
+
+
+def test_group_sections_are_contiguous(tuned) -> None:
+    path, _ = tuned
+    with EpisodeReader(path) as reader:
+        sections = []
+        for chunk in sorted(reader.index.chunk_indexes, key=lambda c: c.chunk_start_offset):
+            topic = next(t for t, i in reader.index.channels.items() if i.id in chunk.message_index_offsets)
+            group = reader.group_of[topic]
+            if not sections or sections[-1] != group:
+                sections.append(group)
+    assert sections == ["cameras", "proprio", "context"]
+
+
+@pytest.mark.parametrize("spec_name", ["vla", "world_model"])
+def test_fetches_equal_groups_touched(tuned, raw_episode, spec_name: str) -> None:
+    path, _ = tuned
+    _, recording, sources = raw_episode
+    spec = layout.sample_spec(spec_name)
+    with EpisodeReader(path) as reader:
+        rates = {t: 30.0 for w in spec.frames for t in w.topics}
+        before, after = spec.reach_ns(rates)
+        lo, hi = reader.start_ns + before, reader.end_ns - after
+        for t in [lo + (hi - lo) * k // 6 for k in range(7)]:
+            sample = reader.read_sample(spec, t)
+            groups = {reader.group_of[topic] for topic in spec.topics()}
+            assert sample.stats.fetches == len(groups)
+            for topic, frames in sample.frames.items():
+                wanted = next(w for w in spec.frames if topic in w.topics)
+                assert frames.shape[0] == wanted.frames
+                assert sample.frame_times[topic][-1] <= t
+                index = frame_index(sample.frame_times[topic], recording.start_ns, 30.0)
+                psnr, _ = quality.mean_quality(sources[topic][index], frames)
+                assert psnr > 25, f"{topic} frames do not match their source times"
+            for window in spec.series:
+                for topic in window.topics:
+                    times = sample.series_times[topic]
+                    assert len(times) > 0
+                    assert times.min() >= t - window.before_s * 1e9 - 1
+                    assert times.max() <= t + window.after_s * 1e9 + 1
+
+
+def test_per_topic_baseline_needs_a_fetch_per_chunk(raw_episode, tuned) -> None:
+    raw, _, _ = raw_episode
+    spec = layout.sample_spec("vla")
+    with EpisodeReader(raw) as reader:
+        t = reader.start_ns + 2_000_000_000
+        sample = reader.read_sample(spec, t)
+        assert sample.stats.fetches >= len(spec.topics())
+
+
+def test_reads_over_http_and_fsspec(tuned) -> None:
+    path, _ = tuned
+    spec = layout.sample_spec("vla")
+    with EpisodeReader(path) as local:
+        t = local.start_ns + 2_000_000_000
+        expected = local.read_sample(spec, t)
+    with RangeServer(path.parent, latency_s=0.0) as server, EpisodeReader(server.url(path)) as remote:
+        got = remote.read_sample(spec, t)
+    assert got.stats.fetches == expected.stats.fetches == 2
+    for topic, frames in expected.frames.items():
+        assert np.array_equal(frames, got.frames[topic])
+    with EpisodeReader(f"file://{path}") as via_url:
+        assert via_url.read_sample(spec, t).stats.fetches == 2
+
+
+def test_payload_is_much_smaller_than_jpeg(tuned) -> None:
+    _, report = tuned
+    assert report.payload_reduction > 0.7
+    assert report.gop_frames == {"/camera/scene/image": 15, "/camera/wrist/image": 15}
+
+
+# --- bad input -------------------------------------------------------------------------------------
+
+
+def test_truncated_episode_is_refused_and_leaves_no_output(raw_episode, tmp_path) -> None:
+    raw, _, _ = raw_episode
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(raw.read_bytes()[: raw.stat().st_size // 2])
+    out = tmp_path / "out.mcap"
+    with pytest.raises(CorruptEpisodeError, match=r"cut.mcap, byte \d+: no MCAP magic at the end"):
+        transcode.transcode(cut, out)
+    assert list(tmp_path.iterdir()) == [cut]
+
+
+def test_corrupt_chunk_names_its_offset(raw_episode, tmp_path) -> None:
+    raw, _, _ = raw_episode
+    data = bytearray(raw.read_bytes())
+    with LocalSource(raw) as source:
+        chunk = mcapio.open_index(source).chunk_indexes[1]
+    # Overwrite the compressed records of one chunk: zstd can no longer decode it.
+    body = chunk.chunk_start_offset + 9 + 8 + 8 + 8 + 4 + 4 + len("zstd") + 8
+    data[body : body + 64] = b"\xff" * 64
+    bad = tmp_path / "bad.mcap"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(CorruptEpisodeError, match=rf"byte {chunk.chunk_start_offset}: chunk does not decode"):
+        transcode.transcode(bad, tmp_path / "out.mcap")
+    assert not (tmp_path / "out.mcap").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["bad.mcap"]
+
+
+def _write(path: Path, topics: dict[str, TopicSpec], messages: dict[str, list[Message]]) -> None:
+    mcapio.write_episode(path, topics, mcapio.per_topic_chunks(messages, 1 << 16))
+
+
+@pytest.mark.parametrize("kind", ["duplicate", "backwards"])
+def test_bad_timestamps_name_the_topic(tmp_path, kind: str) -> None:
+    recording, _ = synthetic_recording(1.0)
+    msgs = list(recording.messages["/joint_states"])
+    msgs[10] = Message(msgs[9].log_time if kind == "duplicate" else msgs[5].log_time, msgs[10].data)
+    recording.messages["/joint_states"] = msgs
+    path = tmp_path / "ts.mcap"
+    # One chunk for the topic keeps the recorded order (the writer does not sort).
+    mcapio.write_episode(path, recording.topics, [mcapio.PlannedChunk([("/joint_states", m) for m in msgs])])
+    word = "repeats" if kind == "duplicate" else "goes back from"
+    with pytest.raises(TimestampOrderError, match=rf"topic /joint_states: log time \d+ {word}"):
+        transcode.transcode(path, tmp_path / "out.mcap")
+    assert not (tmp_path / "out.mcap").exists()
+
+
+def test_unknown_schema_is_named(tmp_path) -> None:
+    from mcap.writer import Writer
+
+    path = tmp_path / "odd.mcap"
+    with open(path, "wb") as handle:
+        writer = Writer(handle)
+        writer.start()
+        schema = writer.register_schema("acme.Lidar", "jsonschema", b"{}")
+        channel = writer.register_channel("/lidar", "json", schema)
+        writer.add_message(channel, 1, b"{}", 1)
+        writer.finish()
+    with pytest.raises(
+        UnknownSchemaError, match=r"topic /lidar: schema 'acme.Lidar' is not one megahour decodes"
+    ):
+        transcode.transcode(path, tmp_path / "out.mcap")
+
+
+def test_missing_topic_in_spec_and_in_require(tuned, raw_episode, tmp_path) -> None:
+    path, _ = tuned
+    raw, _, _ = raw_episode
+    spec = layout.SampleSpec("x", frames=(layout.FrameWindow(("/camera/left/image",), 1),))
+    with EpisodeReader(path) as reader, pytest.raises(MissingTopicError, match="topic /camera/left/image"):
+        reader.read_sample(spec, reader.start_ns + 1_000_000_000)
+    options = transcode.TranscodeOptions(require_topics=("/imu",))
+    with pytest.raises(MissingTopicError, match="topic /imu: a required topic is absent"):
+        transcode.transcode(raw, tmp_path / "out.mcap", options)
+
+
+def test_window_outside_episode_says_which_t_is_valid(tuned) -> None:
+    path, _ = tuned
+    with (
+        EpisodeReader(path) as reader,
+        pytest.raises(SampleWindowError, match=r"outside the episode .* \(pick t in"),
+    ):
+        reader.read_sample(layout.sample_spec("vla"), reader.start_ns + 100)
+
+
+def test_layout_metadata_is_json(tuned) -> None:
+    path, _ = tuned
+    with LocalSource(path) as source:
+        index = mcapio.open_index(source)
+    record = index.layout()
+    assert record["pattern"] == "vla" and record["version"] == 1
+    assert [g["name"] for g in record["groups"]] == ["cameras", "proprio", "context"]
+    assert json.loads(index.metadata[mcapio.KEYFRAMES_METADATA]["/camera/scene/image"])[0] == index.start_ns
+
+
+def test_short_file_is_corrupt(tmp_path) -> None:
+    path = tmp_path / "tiny.mcap"
+    path.write_bytes(b"\x89MCAP0\r\n" + struct.pack("<B", 1))
+    with pytest.raises(CorruptEpisodeError, match="too short"), LocalSource(path) as source:
+        mcapio.open_index(source)

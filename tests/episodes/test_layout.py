@@ -1,0 +1,111 @@
+"""Pure layout math: group resolution, frame selection, keyframes, chunk coalescing (with properties)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from megahour.episodes import layout
+from megahour.episodes.errors import LayoutError
+from megahour.episodes.layout import ChunkRef, TopicGroup
+from megahour.episodes.transcode import parse_groups
+
+TOPICS = [
+    "/camera/scene/image",
+    "/camera/wrist/image",
+    "/joint_states",
+    "/action",
+    "/gripper/state",
+    "/events",
+]
+
+
+def test_default_groups_follow_read_pattern() -> None:
+    resolved = layout.resolve_layout("vla", layout.DEFAULT_GROUPS, TOPICS)
+    assert resolved.topics_in("cameras") == ["/camera/scene/image", "/camera/wrist/image"]
+    assert resolved.topics_in("proprio") == ["/action", "/gripper/state", "/joint_states"]
+    assert resolved.topics_in("context") == ["/events"]
+
+
+def test_unassigned_topic_is_named_with_the_fix() -> None:
+    with pytest.raises(LayoutError, match=r"/imu is in no topic group; add it"):
+        layout.resolve_layout("vla", layout.DEFAULT_GROUPS, [*TOPICS, "/imu"])
+
+
+def test_topic_in_two_groups_is_refused() -> None:
+    groups = (TopicGroup("a", ("/camera/*",)), TopicGroup("b", ("/camera/scene/*",)))
+    with pytest.raises(LayoutError, match=r"matches groups \['a', 'b'\]"):
+        layout.resolve_layout("vla", groups, ["/camera/scene/image"])
+
+
+def test_unknown_pattern_lists_the_known_ones() -> None:
+    with pytest.raises(LayoutError, match="use one of vla, world_model"):
+        layout.read_pattern("vlaa")
+
+
+def test_gop_follows_the_read_pattern() -> None:
+    assert layout.read_pattern("vla").gop_frames(30) == 15
+    assert layout.read_pattern("world_model").gop_frames(30) == 120
+
+
+def test_parse_groups_cli_form() -> None:
+    groups = parse_groups(["cams=/camera/*", "state=/joint_states,/action@2.5"])
+    assert groups[0] == TopicGroup("cams", ("/camera/*",), None)
+    assert groups[1] == TopicGroup("state", ("/joint_states", "/action"), 2.5)
+    with pytest.raises(ValueError, match="name=/topic/a"):
+        parse_groups(["nogroup"])
+
+
+@given(
+    n=st.integers(min_value=1, max_value=200),
+    t=st.integers(min_value=-50, max_value=250),
+    frames=st.integers(min_value=1, max_value=10),
+    stride=st.integers(min_value=1, max_value=4),
+)
+def test_frame_indices_end_at_or_before_t(n: int, t: int, frames: int, stride: int) -> None:
+    times = list(range(0, n * 10, 10))
+    picked = layout.frame_indices(times, t * 10 + 3, frames, stride)
+    last = max((i for i, ts in enumerate(times) if ts <= t * 10 + 3), default=-1)
+    if last < 0 or last - (frames - 1) * stride < 0:
+        assert picked is None
+    else:
+        assert picked is not None and len(picked) == frames and picked[-1] == last
+        assert all(b - a == stride for a, b in itertools.pairwise(picked))
+
+
+@given(
+    keyframes=st.lists(st.integers(min_value=0, max_value=500), min_size=1, unique=True).map(sorted),
+    frame=st.integers(min_value=0, max_value=600),
+)
+def test_keyframe_for_is_the_latest_not_after(keyframes: list[int], frame: int) -> None:
+    if frame < keyframes[0]:
+        with pytest.raises(ValueError):
+            layout.keyframe_for(keyframes, frame)
+        return
+    key = layout.keyframe_for(keyframes, frame)
+    assert key in keyframes and key <= frame
+    assert not [k for k in keyframes if key < k <= frame]
+
+
+@given(st.lists(st.tuples(st.integers(0, 10_000), st.integers(1, 500)), min_size=1, max_size=20))
+def test_coalesce_covers_every_chunk_in_one_range(spans: list[tuple[int, int]]) -> None:
+    chunks = [ChunkRef(0, 1, offset, length) for offset, length in spans]
+    start, length = layout.coalesce(chunks)
+    assert all(start <= c.offset and c.offset + c.length <= start + length for c in chunks)
+    assert start == min(c.offset for c in chunks)
+    assert start + length == max(c.offset + c.length for c in chunks)
+
+
+def test_chunks_for_span_selects_overlaps() -> None:
+    chunks = [ChunkRef(i * 10, i * 10 + 9, i * 100, 100) for i in range(5)]
+    assert [c.offset for c in layout.chunks_for_span(chunks, 15, 31)] == [100, 200, 300]
+    assert layout.chunks_for_span(chunks, 100, 200) == []
+
+
+def test_sample_reach_counts_frames_and_series() -> None:
+    spec = layout.sample_spec("vla")
+    before, after = spec.reach_ns({"/camera/scene/image": 30.0, "/camera/wrist/image": 30.0})
+    assert before == 2_000_000_000 and after == 1_000_000_000
