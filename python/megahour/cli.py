@@ -335,6 +335,24 @@ def _cmd_episodes_bench(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_episodes_doctor(args: argparse.Namespace, console: Console) -> int:
+    from megahour.episodes.doctor import run_doctor
+
+    report = run_doctor()
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    elif report.ok:
+        console.print(
+            f"episodes OK: libx264/h264 present, {report.payload_reduction:.0%} smaller than JPEG, "
+            f"{report.fetches_per_sample:g} fetches per sample ({report.groups_per_sample} groups), "
+            f"{report.psnr_db:.1f} dB"
+        )
+    else:
+        for problem in report.problems:
+            console.print(f"[red]problem:[/] {problem}", highlight=False)
+    return 0 if report.ok else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -456,6 +474,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_episodes_bench)
+
+    p = eps.add_parser("doctor", help="check codecs and an encode/write/read round trip on this node")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_episodes_doctor)
 
     inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)
     p = inv.add_parser("validate", help="check an inventory before deploying")

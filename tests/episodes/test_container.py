@@ -22,8 +22,7 @@ from megahour.episodes.httpserve import RangeServer
 from megahour.episodes.model import Message, TopicSpec
 from megahour.episodes.reader import EpisodeReader
 from megahour.episodes.source import LocalSource
-
-from .conftest import synthetic_recording
+from megahour.episodes.synthetic import synthetic_recording
 
 
 @pytest.fixture(scope="module")

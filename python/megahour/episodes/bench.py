@@ -9,6 +9,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from megahour.episodes.layout import SampleSpec
 from megahour.episodes.reader import EpisodeReader
 
@@ -130,3 +132,38 @@ def describe(location: str | Path) -> dict:
             "topics": topics,
             "chunks": chunks,
         }
+
+
+def decode_all_frames(path: str | Path, topic: str) -> np.ndarray:
+    """Every frame of a camera topic, decoded in order (JPEG or H.264), for quality measurement."""
+    from mcap.reader import make_reader
+
+    from megahour.episodes import schemas, video
+
+    units: list[bytes] = []
+    schema_name = ""
+    with open(path, "rb") as handle:
+        for schema, _channel, message in make_reader(handle).iter_messages(
+            topics=[topic], log_time_order=True
+        ):
+            schema_name = schema.name
+            units.append(schemas.decode_payload(schema.name, message.data))
+    if not units:
+        raise ValueError(f"{path}: topic {topic} has no frames")
+    if schema_name == "foxglove.CompressedVideo":
+        return np.stack(video.decode_h264_run(units))
+    return np.stack([video.decode_jpeg(unit) for unit in units])
+
+
+def video_payload_bytes(path: str | Path) -> int:
+    """Bytes of compressed frames (the ``data`` of every image or video message)."""
+    from mcap.reader import make_reader
+
+    from megahour.episodes import schemas
+
+    total = 0
+    with open(path, "rb") as handle:
+        for schema, _channel, message in make_reader(handle).iter_messages():
+            if schema.name in ("foxglove.CompressedImage", "foxglove.CompressedVideo"):
+                total += len(schemas.decode_payload(schema.name, message.data))
+    return total

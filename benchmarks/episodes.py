@@ -1,0 +1,423 @@
+#!/usr/bin/env python3
+"""Episode layouts side by side: storage, quality and sample reads, local and over emulated object storage.
+
+On the same seeded pybullet episodes it builds five layouts and measures each one in the same run:
+  jpeg_per_topic   (a) the raw recording: per-frame JPEG, per-topic zstd chunks (the baseline)
+  h264_per_topic   (b) the same chunking with H.264 video
+  hflow            (c) HFlow's canonical writer and its reader
+  lerobot          (d) LeRobot-v3 style: one MP4 per camera plus Parquet for state
+  megahour         (e) ours: read-pattern GOP, topic-group sections, one ranged read per group
+
+Every layout is built twice, once per read pattern (``vla``: short GOP, ``world_model``: long GOP), and is
+read with that pattern's sample spec. Reads run locally and through a local HTTP range server that adds a
+fixed latency to every request (object-storage round trips; the kernel has no netem). A GOP sweep of ours
+shows the size/decode trade-off. Ratios and targets print at the end; ``--json`` keeps every figure.
+
+    python benchmarks/episodes.py --quick --json benchmarks/results/episodes.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from episode_baselines import HFlowLayout, LeRobotLayout
+from megahour.episodes import mcapio, quality, sim
+from megahour.episodes.bench import decode_all_frames, percentile, valid_times
+from megahour.episodes.bench import video_payload_bytes as mcap_video_bytes
+from megahour.episodes.httpserve import RangeServer
+from megahour.episodes.layout import READ_PATTERNS, SampleSpec, sample_spec
+from megahour.episodes.model import Recording, Sample
+from megahour.episodes.reader import EpisodeReader
+from megahour.episodes.transcode import TranscodeOptions, transcode
+
+PATTERNS = ("vla", "world_model")
+LAYOUTS = ("jpeg_per_topic", "h264_per_topic", "hflow", "lerobot", "megahour")
+CRF = 23
+console = Console(stderr=True)
+
+
+class McapLayout:
+    """(a), (b) and (e): MCAP files read by megahour's reader (per-chunk fetches unless grouped)."""
+
+    def __init__(self, name: str, chunking: str | None) -> None:
+        self.name = name
+        self.chunking = chunking  # None: the raw recording itself
+
+    def build(
+        self, recording: Recording, raw_path: Path, out_dir: Path, *, pattern: str, gop_s: float, crf: int
+    ) -> list[Path]:
+        if self.chunking is None:
+            return [raw_path]
+        out = out_dir / f"{recording.episode_id}.mcap"
+        transcode(
+            raw_path, out, TranscodeOptions(pattern=pattern, crf=crf, chunking=self.chunking, gop_s=gop_s)
+        )
+        return [out]
+
+    def video_payload_bytes(self, files: list[Path]) -> int:
+        return mcap_video_bytes(files[0])
+
+    def decode_all_frames(self, files: list[Path], topic: str) -> np.ndarray:
+        return decode_all_frames(files[0], topic)
+
+    def open(self, locations: list[str]) -> EpisodeReader:
+        return EpisodeReader(locations[0])
+
+    def read_sample(self, handle: EpisodeReader, spec: SampleSpec, t_ns: int) -> Sample:
+        return handle.read_sample(spec, t_ns)
+
+    def close(self, handle: EpisodeReader) -> None:
+        handle.close()
+
+
+def make_layout(name: str):
+    return {
+        "jpeg_per_topic": lambda: McapLayout(name, None),
+        "h264_per_topic": lambda: McapLayout(name, "per_topic"),
+        "megahour": lambda: McapLayout(name, "grouped"),
+        "hflow": HFlowLayout,
+        "lerobot": LeRobotLayout,
+    }[name]()
+
+
+@dataclass
+class Episode:
+    recording: Recording
+    raw_path: Path
+    sources: dict[str, np.ndarray]
+
+
+def build_layout(layout, episode: Episode, out_dir: Path, pattern: str, gop_s: float) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gop_frames = max(1, round(gop_s * 30.0))
+    if isinstance(layout, McapLayout):
+        return layout.build(
+            episode.recording, episode.raw_path, out_dir, pattern=pattern, gop_s=gop_s, crf=CRF
+        )
+    return layout.build(episode.recording, episode.raw_path, out_dir, gop_frames=gop_frames, crf=CRF)
+
+
+def storage_figures(layout, built: list[tuple[Episode, list[Path]]]) -> dict:
+    payload = sum(layout.video_payload_bytes(files) for _, files in built)
+    file_bytes = sum(f.stat().st_size for _, files in built for f in files)
+    psnrs, ssims = [], []
+    for episode, files in built:
+        for topic, source in episode.sources.items():
+            decoded = layout.decode_all_frames(files, topic)
+            p, s = quality.mean_quality(source, decoded)
+            psnrs.append(p)
+            ssims.append(s)
+    return {
+        "video_payload_bytes": payload,
+        "file_bytes": file_bytes,
+        "psnr_db": float(np.mean(psnrs)),
+        "ssim": float(np.mean(ssims)),
+    }
+
+
+def read_figures(
+    layout, built: list[tuple[Episode, list[Path]]], spec: SampleSpec, samples: int, locate, seed: int
+) -> dict:
+    """Read ``samples`` seeded samples spread over the episodes; the same times for every layout."""
+    handles = [layout.open([locate(f) for f in files]) for _, files in built]
+    latencies, fetches, nbytes, decode = [], [], [], []
+    try:
+        rates = {t: 30.0 for w in spec.frames for t in w.topics}
+        reach = spec.reach_ns(rates)
+        per_episode = [
+            valid_times(ep.recording.start_ns, ep.recording.end_ns, reach, samples, seed + i)
+            for i, (ep, _) in enumerate(built)
+        ]
+        for k in range(samples):
+            i = k % len(built)
+            t = per_episode[i][k]
+            began = time.perf_counter()
+            sample = layout.read_sample(handles[i], spec, t)
+            latencies.append(time.perf_counter() - began)
+            fetches.append(sample.stats.fetches)
+            nbytes.append(sample.stats.bytes)
+            decode.append(sample.stats.decode_s)
+    finally:
+        for handle in handles:
+            layout.close(handle)
+    return {
+        "samples": samples,
+        "fetches_per_sample": float(np.mean(fetches)),
+        "bytes_per_sample": float(np.mean(nbytes)),
+        "latency_mean_s": float(np.mean(latencies)),
+        "latency_p99_s": percentile(latencies, 0.99),
+        "decode_mean_s": float(np.mean(decode)),
+    }
+
+
+def simulate_episodes(count: int, duration_s: float, workdir: Path) -> list[Episode]:
+    episodes = []
+    for seed in range(count):
+        began = time.perf_counter()
+        config = sim.SimConfig(seed=seed, duration_s=duration_s)
+        recording, frames = sim.simulate_with_frames(config)
+        raw = workdir / "raw" / f"{recording.episode_id}.mcap"
+        mcapio.write_raw(recording, raw)
+        episodes.append(Episode(recording, raw, frames))
+        console.print(
+            f"  simulated {recording.episode_id}: {duration_s:.0f} s in {time.perf_counter() - began:.1f} s"
+        )
+    return episodes
+
+
+def groups_touched(spec: SampleSpec) -> int:
+    from megahour.episodes.layout import DEFAULT_GROUPS
+
+    return len({g.name for g in DEFAULT_GROUPS for t in spec.topics() if g.matches(t)})
+
+
+def git_commit() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=Path(__file__).resolve().parent,
+        )
+        return out.stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true", help="1 short episode, fewer samples (< 2 min)")
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--episodes", type=int, help="simulated episodes (default 3; quick 1)")
+    parser.add_argument("--duration", type=float, help="seconds per episode (default 20; quick 8)")
+    parser.add_argument(
+        "--samples", type=int, help="samples per layout, pattern and mode (default 100; quick 20)"
+    )
+    parser.add_argument(
+        "--latency-ms", type=float, default=20.0, help="per-request latency of the remote reads"
+    )
+    parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated subset of layouts")
+    parser.add_argument("--workdir", type=Path, help="keep the built files here (default: a temporary dir)")
+    args = parser.parse_args()
+    episodes_n = args.episodes or (1 if args.quick else 3)
+    duration = args.duration or (8.0 if args.quick else 20.0)
+    samples = args.samples or (20 if args.quick else 100)
+    layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
+    sweep = (0.25, 0.5, 2.0, 4.0) if args.quick else (0.25, 0.5, 1.0, 2.0, 4.0, 6.0)
+    os.environ.setdefault("HFLOW_FFMPEG", __import__("imageio_ffmpeg").get_ffmpeg_exe())
+
+    began = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="megahour-episodes-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        workdir.mkdir(parents=True, exist_ok=True)
+        console.print(f"[bold]simulating {episodes_n} episode(s) of {duration:.0f} s[/]")
+        episodes = simulate_episodes(episodes_n, duration, workdir)
+        results: dict = {"layouts": {}, "gop_sweep": []}
+        with RangeServer(workdir, latency_s=args.latency_ms / 1000) as server:
+            for name in layouts:
+                layout = make_layout(name)
+                results["layouts"][name] = {}
+                for pattern in PATTERNS:
+                    gop_s = READ_PATTERNS[pattern].gop_s
+                    t0 = time.perf_counter()
+                    built = [
+                        (ep, build_layout(layout, ep, workdir / name / pattern, pattern, gop_s))
+                        for ep in episodes
+                    ]
+                    build_s = time.perf_counter() - t0
+                    spec = sample_spec(pattern)
+                    figures = {"build_s": build_s, **storage_figures(layout, built)}
+                    figures["local"] = read_figures(layout, built, spec, samples, str, 1)
+                    figures["remote"] = read_figures(layout, built, spec, samples, server.url, 1)
+                    results["layouts"][name][pattern] = figures
+                    console.print(
+                        f"  {name:15s} {pattern:12s} payload {figures['video_payload_bytes'] / 1e6:7.2f} MB "
+                        f"PSNR {figures['psnr_db']:5.1f} dB  "
+                        f"remote {figures['remote']['latency_mean_s'] * 1e3:6.1f} ms "
+                        f"({figures['remote']['fetches_per_sample']:.2f} fetches)"
+                    )
+            if "megahour" in layouts:
+                ours = make_layout("megahour")
+                for gop_s in sweep:
+                    built = [
+                        (ep, build_layout(ours, ep, workdir / "sweep" / f"gop{gop_s}", "vla", gop_s))
+                        for ep in episodes
+                    ]
+                    row = {"gop_s": gop_s, **storage_figures(ours, built)}
+                    for pattern in PATTERNS:
+                        reads = read_figures(ours, built, sample_spec(pattern), samples, str, 2)
+                        row[f"{pattern}_local_latency_mean_s"] = reads["latency_mean_s"]
+                        row[f"{pattern}_decode_mean_s"] = reads["decode_mean_s"]
+                    results["gop_sweep"].append(row)
+                    console.print(
+                        f"  GOP {gop_s:4.2f} s: payload {row['video_payload_bytes'] / 1e6:.2f} MB, "
+                        f"VLA {row['vla_local_latency_mean_s'] * 1e3:.1f} ms, "
+                        f"world model {row['world_model_local_latency_mean_s'] * 1e3:.1f} ms"
+                    )
+    results["ratios"], results["targets"] = ratios_and_targets(results["layouts"])
+    results["config"] = {
+        "quick": args.quick,
+        "episodes": episodes_n,
+        "duration_s": duration,
+        "samples": samples,
+        "latency_ms": args.latency_ms,
+        "crf": CRF,
+        "cameras": [c.name for c in sim.SimConfig().cameras],
+        "commit": git_commit(),
+        "python": platform.python_version(),
+        "seconds": time.perf_counter() - began,
+    }
+    print_tables(results)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(results, indent=2, sort_keys=True))
+        console.print(f"figures written to {args.json}")
+    return 0
+
+
+def ratios_and_targets(layouts: dict) -> tuple[dict, dict]:
+    ratios: dict = {}
+    targets: dict = {}
+
+    def get(name: str, pattern: str, *keys: str) -> float | None:
+        node = layouts.get(name, {}).get(pattern)
+        for key in keys:
+            if node is None:
+                return None
+            node = node.get(key)
+        return node
+
+    for pattern in PATTERNS:
+        jpeg = get("jpeg_per_topic", pattern, "video_payload_bytes")
+        ours = get("megahour", pattern, "video_payload_bytes")
+        if jpeg and ours:
+            ratios[f"payload_reduction_vs_jpeg_{pattern}"] = 1 - ours / jpeg
+            targets[f"payload_70pct_smaller_{pattern}"] = {
+                "value": 1 - ours / jpeg,
+                "target": 0.70,
+                "met": 1 - ours / jpeg >= 0.70 and get("megahour", pattern, "psnr_db") >= 35.0,
+                "psnr_db": get("megahour", pattern, "psnr_db"),
+            }
+        for mode in ("local", "remote"):
+            base = get("jpeg_per_topic", pattern, mode, "latency_mean_s")
+            mine = get("megahour", pattern, mode, "latency_mean_s")
+            hflow = get("hflow", pattern, mode, "latency_mean_s")
+            if base and mine:
+                ratios[f"read_speedup_vs_jpeg_{pattern}_{mode}"] = base / mine
+            if hflow and mine:
+                ratios[f"read_speedup_vs_hflow_{pattern}_{mode}"] = hflow / mine
+        base = get("jpeg_per_topic", pattern, "remote", "latency_mean_s")
+        mine = get("megahour", pattern, "remote", "latency_mean_s")
+        if base and mine:
+            targets[f"read_3x_faster_remote_{pattern}"] = {
+                "value": base / mine,
+                "target": 3.0,
+                "met": base / mine >= 3.0,
+            }
+        fetches = get("megahour", pattern, "remote", "fetches_per_sample")
+        if fetches is not None:
+            want = groups_touched(sample_spec(pattern))
+            targets[f"fetches_equal_groups_{pattern}"] = {
+                "value": fetches,
+                "target": want,
+                "met": fetches == want,
+            }
+        hflow_bytes = get("hflow", pattern, "file_bytes")
+        ours_bytes = get("megahour", pattern, "file_bytes")
+        if hflow_bytes and ours_bytes:
+            ratios[f"file_bytes_vs_hflow_{pattern}"] = ours_bytes / hflow_bytes
+            targets[f"no_larger_than_hflow_{pattern}"] = {
+                "value": ours_bytes / hflow_bytes,
+                "target": 1.0,
+                "met": ours_bytes <= hflow_bytes,
+                "psnr_db_ours": get("megahour", pattern, "psnr_db"),
+                "psnr_db_hflow": get("hflow", pattern, "psnr_db"),
+            }
+        for mode in ("local", "remote"):
+            ratio = ratios.get(f"read_speedup_vs_hflow_{pattern}_{mode}")
+            if ratio is not None:
+                targets[f"faster_than_hflow_{pattern}_{mode}"] = {
+                    "value": ratio,
+                    "target": 1.0,
+                    "met": ratio > 1.0,
+                }
+    return ratios, targets
+
+
+def print_tables(results: dict) -> None:
+    out = Console()
+    for pattern in PATTERNS:
+        table = Table(title=f"{pattern} pattern (GOP {READ_PATTERNS[pattern].gop_s} s)")
+        for column in (
+            "layout",
+            "video MB",
+            "file MB",
+            "PSNR dB",
+            "SSIM",
+            "local ms mean/p99",
+            "remote ms mean/p99",
+            "fetches",
+            "KiB/sample",
+            "decode ms",
+        ):
+            table.add_column(column, justify="right")
+        for name, by_pattern in results["layouts"].items():
+            f = by_pattern.get(pattern)
+            if not f:
+                continue
+            table.add_row(
+                name,
+                f"{f['video_payload_bytes'] / 1e6:.2f}",
+                f"{f['file_bytes'] / 1e6:.2f}",
+                f"{f['psnr_db']:.1f}",
+                f"{f['ssim']:.3f}",
+                f"{f['local']['latency_mean_s'] * 1e3:.1f}/{f['local']['latency_p99_s'] * 1e3:.1f}",
+                f"{f['remote']['latency_mean_s'] * 1e3:.1f}/{f['remote']['latency_p99_s'] * 1e3:.1f}",
+                f"{f['remote']['fetches_per_sample']:.2f}",
+                f"{f['remote']['bytes_per_sample'] / 1024:.0f}",
+                f"{f['remote']['decode_mean_s'] * 1e3:.1f}",
+            )
+        out.print(table)
+    if results["gop_sweep"]:
+        table = Table(title="GOP sweep (megahour layout)")
+        for column in ("GOP s", "video MB", "PSNR dB", "VLA local ms", "world-model local ms"):
+            table.add_column(column, justify="right")
+        for row in results["gop_sweep"]:
+            table.add_row(
+                f"{row['gop_s']:.2f}",
+                f"{row['video_payload_bytes'] / 1e6:.2f}",
+                f"{row['psnr_db']:.1f}",
+                f"{row['vla_local_latency_mean_s'] * 1e3:.1f}",
+                f"{row['world_model_local_latency_mean_s'] * 1e3:.1f}",
+            )
+        out.print(table)
+    table = Table(title="targets")
+    for column in ("target", "value", "wanted", "met"):
+        table.add_column(column)
+    for name, t in results["targets"].items():
+        table.add_row(name, f"{t['value']:.3f}", str(t["target"]), "yes" if t["met"] else "NO")
+    out.print(table)
+    for name, value in sorted(results["ratios"].items()):
+        out.print(f"{name}: {value:.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
