@@ -43,30 +43,51 @@ from megahour.episodes.httpserve import RangeServer
 from megahour.episodes.layout import READ_PATTERNS, SampleSpec, sample_spec
 from megahour.episodes.model import Recording, Sample
 from megahour.episodes.reader import EpisodeReader
-from megahour.episodes.transcode import TranscodeOptions, transcode
+from megahour.episodes.transcode import TranscodeOptions, rechunk_per_topic, transcode
 
 PATTERNS = ("vla", "world_model")
-LAYOUTS = ("jpeg_per_topic", "h264_per_topic", "hflow", "lerobot", "megahour")
+LAYOUTS = ("megahour", "jpeg_per_topic", "h264_per_topic", "hflow", "lerobot")
+# Same files as the layout named, read another way: the layout's effect apart from the reader's.
+READER_VARIANTS = {"megahour_sequential": "megahour", "jpeg_per_topic_parallel": "jpeg_per_topic"}
 CRF = 23
 console = Console(stderr=True)
 
 
 class McapLayout:
-    """(a), (b) and (e): MCAP files read by megahour's reader (per-chunk fetches unless grouped)."""
+    """(a), (b) and (e): MCAP files read by megahour's EpisodeReader.
 
-    def __init__(self, name: str, chunking: str | None) -> None:
+    ``parallel_fetches``/``decode_threads`` of 1 read the way the stock MCAP SeekingReader does: one
+    chunk after another on one thread. Ours reads a sample's group ranges concurrently and decodes
+    cameras on two threads; the ``*_parallel``/``*_sequential`` variants swap the reader to separate
+    what the layout buys from what the reader buys.
+    """
+
+    def __init__(self, name: str, chunking: str | None, parallel_fetches: int = 1, decode_threads: int = 1):
         self.name = name
         self.chunking = chunking  # None: the raw recording itself
+        self.parallel_fetches = parallel_fetches
+        self.decode_threads = decode_threads
 
     def build(
-        self, recording: Recording, raw_path: Path, out_dir: Path, *, pattern: str, gop_s: float, crf: int
+        self,
+        recording: Recording,
+        raw_path: Path,
+        out_dir: Path,
+        *,
+        pattern: str,
+        gop_s: float,
+        crf: int,
+        tuned: Path | None = None,
     ) -> list[Path]:
         if self.chunking is None:
             return [raw_path]
         out = out_dir / f"{recording.episode_id}.mcap"
-        transcode(
-            raw_path, out, TranscodeOptions(pattern=pattern, crf=crf, chunking=self.chunking, gop_s=gop_s)
-        )
+        if self.chunking == "per_topic" and tuned is not None:
+            rechunk_per_topic(tuned, out)  # the same H.264 frames as ours: only the chunking differs
+        else:
+            transcode(
+                raw_path, out, TranscodeOptions(pattern=pattern, crf=crf, chunking=self.chunking, gop_s=gop_s)
+            )
         return [out]
 
     def video_payload_bytes(self, files: list[Path]) -> int:
@@ -76,7 +97,9 @@ class McapLayout:
         return decode_all_frames(files[0], topic)
 
     def open(self, locations: list[str]) -> EpisodeReader:
-        return EpisodeReader(locations[0])
+        return EpisodeReader(
+            locations[0], max_parallel_fetches=self.parallel_fetches, decode_threads=self.decode_threads
+        )
 
     def read_sample(self, handle: EpisodeReader, spec: SampleSpec, t_ns: int) -> Sample:
         return handle.read_sample(spec, t_ns)
@@ -89,7 +112,10 @@ def make_layout(name: str):
     return {
         "jpeg_per_topic": lambda: McapLayout(name, None),
         "h264_per_topic": lambda: McapLayout(name, "per_topic"),
-        "megahour": lambda: McapLayout(name, "grouped"),
+        "megahour": lambda: McapLayout(name, "grouped", parallel_fetches=4, decode_threads=2),
+        # Reader swaps, read from the files above (no storage figures of their own).
+        "jpeg_per_topic_parallel": lambda: McapLayout(name, None, parallel_fetches=4, decode_threads=2),
+        "megahour_sequential": lambda: McapLayout(name, "grouped"),
         "hflow": HFlowLayout,
         "lerobot": LeRobotLayout,
     }[name]()
@@ -99,7 +125,8 @@ def make_layout(name: str):
 class Episode:
     recording: Recording
     raw_path: Path
-    sources: dict[str, np.ndarray]
+    sources: dict[str, np.ndarray]  # rendered frames (with sensor noise), before JPEG
+    recorded: dict[str, np.ndarray]  # the JPEG frames as recorded, decoded: what transcoding starts from
 
 
 def build_layout(layout, episode: Episode, out_dir: Path, pattern: str, gop_s: float) -> list[Path]:
@@ -112,22 +139,45 @@ def build_layout(layout, episode: Episode, out_dir: Path, pattern: str, gop_s: f
     return layout.build(episode.recording, episode.raw_path, out_dir, gop_frames=gop_frames, crf=CRF)
 
 
-def storage_figures(layout, built: list[tuple[Episode, list[Path]]]) -> dict:
+def storage_figures(layout, built: list[tuple[Episode, list[Path]]], ssim_every: int) -> dict:
+    """Sizes and quality. ``psnr_db``/``ssim`` compare with the recorded frames (the decoded JPEGs, the
+    transcoder's input); ``*_vs_render`` with the noisy rendered frames before JPEG. SSIM is averaged
+    over every ``ssim_every``-th frame (it costs ~20 ms a frame); PSNR over all of them.
+    """
     payload = sum(layout.video_payload_bytes(files) for _, files in built)
     file_bytes = sum(f.stat().st_size for _, files in built for f in files)
-    psnrs, ssims = [], []
-    for episode, files in built:
-        for topic, source in episode.sources.items():
-            decoded = layout.decode_all_frames(files, topic)
-            p, s = quality.mean_quality(source, decoded)
-            psnrs.append(p)
-            ssims.append(s)
-    return {
-        "video_payload_bytes": payload,
-        "file_bytes": file_bytes,
-        "psnr_db": float(np.mean(psnrs)),
-        "ssim": float(np.mean(ssims)),
+    scores: dict[str, list[float]] = {
+        "psnr_db": [],
+        "ssim": [],
+        "psnr_vs_render_db": [],
+        "ssim_vs_render": [],
     }
+    for episode, files in built:
+        for topic, render in episode.sources.items():
+            decoded = layout.decode_all_frames(files, topic)
+            recorded = episode.recorded[topic]
+            for suffix, reference in (("", recorded), ("_vs_render", render)):
+                scores[f"psnr{suffix}_db" if suffix else "psnr_db"].append(
+                    float(np.mean([quality.psnr(r, d) for r, d in zip(reference, decoded, strict=True)]))
+                )
+                scores[f"ssim{suffix}"].append(
+                    float(
+                        np.mean(
+                            [
+                                quality.ssim(r, d)
+                                for r, d in zip(reference[::ssim_every], decoded[::ssim_every], strict=True)
+                            ]
+                        )
+                    )
+                )
+    figures = {"video_payload_bytes": payload, "file_bytes": file_bytes}
+    figures.update(
+        {
+            key: float(np.mean([v for v in values if np.isfinite(v)] or [float("inf")]))
+            for key, values in scores.items()
+        }
+    )
+    return figures
 
 
 def read_figures(
@@ -173,7 +223,8 @@ def simulate_episodes(count: int, duration_s: float, workdir: Path) -> list[Epis
         recording, frames = sim.simulate_with_frames(config)
         raw = workdir / "raw" / f"{recording.episode_id}.mcap"
         mcapio.write_raw(recording, raw)
-        episodes.append(Episode(recording, raw, frames))
+        recorded = {topic: decode_all_frames(raw, topic) for topic in frames}
+        episodes.append(Episode(recording, raw, frames, recorded))
         console.print(
             f"  simulated {recording.episode_id}: {duration_s:.0f} s in {time.perf_counter() - began:.1f} s"
         )
@@ -207,21 +258,28 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1 short episode, fewer samples (< 2 min)")
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument("--episodes", type=int, help="simulated episodes (default 3; quick 1)")
-    parser.add_argument("--duration", type=float, help="seconds per episode (default 20; quick 8)")
+    parser.add_argument("--duration", type=float, help="seconds per episode (default 20; quick 6)")
     parser.add_argument(
-        "--samples", type=int, help="samples per layout, pattern and mode (default 100; quick 20)"
+        "--samples", type=int, help="samples per layout, pattern and mode (default 100; quick 12)"
     )
     parser.add_argument(
-        "--latency-ms", type=float, default=20.0, help="per-request latency of the remote reads"
+        "--latency-ms",
+        type=float,
+        default=50.0,
+        help="per-request latency of the remote reads (object storage: tens of ms median for small GETs)",
     )
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated subset of layouts")
     parser.add_argument("--workdir", type=Path, help="keep the built files here (default: a temporary dir)")
     args = parser.parse_args()
     episodes_n = args.episodes or (1 if args.quick else 3)
-    duration = args.duration or (8.0 if args.quick else 20.0)
-    samples = args.samples or (20 if args.quick else 100)
+    duration = args.duration or (6.0 if args.quick else 20.0)
+    samples = args.samples or (12 if args.quick else 100)
     layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
-    sweep = (0.25, 0.5, 2.0, 4.0) if args.quick else (0.25, 0.5, 1.0, 2.0, 4.0, 6.0)
+    unknown = sorted(set(layouts) - set(LAYOUTS))
+    if unknown:
+        parser.error(f"unknown layouts {unknown}; choose from {', '.join(LAYOUTS)}")
+    sweep = (0.25, 0.5, 1.0, 2.0) if args.quick else (0.25, 0.5, 1.0, 2.0, 4.0, 6.0)
+    ssim_every = 10 if args.quick else 3
     os.environ.setdefault("HFLOW_FFMPEG", __import__("imageio_ffmpeg").get_ffmpeg_exe())
 
     began = time.perf_counter()
@@ -230,21 +288,34 @@ def main() -> int:
         workdir.mkdir(parents=True, exist_ok=True)
         console.print(f"[bold]simulating {episodes_n} episode(s) of {duration:.0f} s[/]")
         episodes = simulate_episodes(episodes_n, duration, workdir)
-        results: dict = {"layouts": {}, "gop_sweep": []}
+        results: dict = {"layouts": {}, "reader_variants": {}, "gop_sweep": []}
+        built_files: dict[tuple[str, str], list] = {}
         with RangeServer(workdir, latency_s=args.latency_ms / 1000) as server:
             for name in layouts:
                 layout = make_layout(name)
                 results["layouts"][name] = {}
                 for pattern in PATTERNS:
                     gop_s = READ_PATTERNS[pattern].gop_s
+                    tuned = built_files.get(("megahour", pattern))
                     t0 = time.perf_counter()
                     built = [
-                        (ep, build_layout(layout, ep, workdir / name / pattern, pattern, gop_s))
-                        for ep in episodes
+                        (
+                            ep,
+                            build_layout(
+                                layout,
+                                ep,
+                                workdir / name / pattern,
+                                pattern,
+                                gop_s,
+                                tuned=tuned[i][1][0] if tuned else None,
+                            ),
+                        )
+                        for i, ep in enumerate(episodes)
                     ]
+                    built_files[(name, pattern)] = built
                     build_s = time.perf_counter() - t0
                     spec = sample_spec(pattern)
-                    figures = {"build_s": build_s, **storage_figures(layout, built)}
+                    figures = {"build_s": build_s, **storage_figures(layout, built, ssim_every)}
                     figures["local"] = read_figures(layout, built, spec, samples, str, 1)
                     figures["remote"] = read_figures(layout, built, spec, samples, server.url, 1)
                     results["layouts"][name][pattern] = figures
@@ -254,6 +325,18 @@ def main() -> int:
                         f"remote {figures['remote']['latency_mean_s'] * 1e3:6.1f} ms "
                         f"({figures['remote']['fetches_per_sample']:.2f} fetches)"
                     )
+            for variant, base in READER_VARIANTS.items():
+                if base not in layouts:
+                    continue
+                layout = make_layout(variant)
+                results["reader_variants"][variant] = {}
+                for pattern in PATTERNS:
+                    built = built_files[(base, pattern)]
+                    reads = read_figures(layout, built, sample_spec(pattern), samples, server.url, 1)
+                    results["reader_variants"][variant][pattern] = {"of": base, "remote": reads}
+                    console.print(
+                        f"  {variant:24s} {pattern:12s} remote {reads['latency_mean_s'] * 1e3:6.1f} ms"
+                    )
             if "megahour" in layouts:
                 ours = make_layout("megahour")
                 for gop_s in sweep:
@@ -261,7 +344,7 @@ def main() -> int:
                         (ep, build_layout(ours, ep, workdir / "sweep" / f"gop{gop_s}", "vla", gop_s))
                         for ep in episodes
                     ]
-                    row = {"gop_s": gop_s, **storage_figures(ours, built)}
+                    row = {"gop_s": gop_s, **storage_figures(ours, built, ssim_every * 3)}
                     for pattern in PATTERNS:
                         reads = read_figures(ours, built, sample_spec(pattern), samples, str, 2)
                         row[f"{pattern}_local_latency_mean_s"] = reads["latency_mean_s"]
@@ -272,7 +355,7 @@ def main() -> int:
                         f"VLA {row['vla_local_latency_mean_s'] * 1e3:.1f} ms, "
                         f"world model {row['world_model_local_latency_mean_s'] * 1e3:.1f} ms"
                     )
-    results["ratios"], results["targets"] = ratios_and_targets(results["layouts"])
+    results["ratios"], results["targets"] = ratios_and_targets(results["layouts"], results["reader_variants"])
     results["config"] = {
         "quick": args.quick,
         "episodes": episodes_n,
@@ -293,7 +376,7 @@ def main() -> int:
     return 0
 
 
-def ratios_and_targets(layouts: dict) -> tuple[dict, dict]:
+def ratios_and_targets(layouts: dict, variants: dict) -> tuple[dict, dict]:
     ratios: dict = {}
     targets: dict = {}
 
@@ -326,6 +409,18 @@ def ratios_and_targets(layouts: dict) -> tuple[dict, dict]:
                 ratios[f"read_speedup_vs_hflow_{pattern}_{mode}"] = hflow / mine
         base = get("jpeg_per_topic", pattern, "remote", "latency_mean_s")
         mine = get("megahour", pattern, "remote", "latency_mean_s")
+        # The reader swaps: how much of the speedup is the layout (both sequential) and how much the reader.
+        seq = variants.get("megahour_sequential", {}).get(pattern, {}).get("remote", {}).get("latency_mean_s")
+        par = (
+            variants.get("jpeg_per_topic_parallel", {})
+            .get(pattern, {})
+            .get("remote", {})
+            .get("latency_mean_s")
+        )
+        if base and seq:
+            ratios[f"read_speedup_vs_jpeg_{pattern}_remote_both_sequential"] = base / seq
+        if par and mine:
+            ratios[f"read_speedup_vs_jpeg_{pattern}_remote_both_parallel"] = par / mine
         if base and mine:
             targets[f"read_3x_faster_remote_{pattern}"] = {
                 "value": base / mine,
@@ -370,8 +465,8 @@ def print_tables(results: dict) -> None:
             "layout",
             "video MB",
             "file MB",
-            "PSNR dB",
-            "SSIM",
+            "PSNR dB rec/render",
+            "SSIM rec",
             "local ms mean/p99",
             "remote ms mean/p99",
             "fetches",
@@ -387,7 +482,7 @@ def print_tables(results: dict) -> None:
                 name,
                 f"{f['video_payload_bytes'] / 1e6:.2f}",
                 f"{f['file_bytes'] / 1e6:.2f}",
-                f"{f['psnr_db']:.1f}",
+                f"{f['psnr_db']:.1f}/{f['psnr_vs_render_db']:.1f}",
                 f"{f['ssim']:.3f}",
                 f"{f['local']['latency_mean_s'] * 1e3:.1f}/{f['local']['latency_p99_s'] * 1e3:.1f}",
                 f"{f['remote']['latency_mean_s'] * 1e3:.1f}/{f['remote']['latency_p99_s'] * 1e3:.1f}",
@@ -408,6 +503,21 @@ def print_tables(results: dict) -> None:
                 f"{row['vla_local_latency_mean_s'] * 1e3:.1f}",
                 f"{row['world_model_local_latency_mean_s'] * 1e3:.1f}",
             )
+        out.print(table)
+    if results["reader_variants"]:
+        table = Table(title="reader swaps (remote): same files, other reader")
+        for column in ("reader", "of layout", "pattern", "ms mean/p99", "fetches"):
+            table.add_column(column)
+        for variant, by_pattern in results["reader_variants"].items():
+            for pattern, f in by_pattern.items():
+                r = f["remote"]
+                table.add_row(
+                    variant,
+                    f["of"],
+                    pattern,
+                    f"{r['latency_mean_s'] * 1e3:.1f}/{r['latency_p99_s'] * 1e3:.1f}",
+                    f"{r['fetches_per_sample']:.2f}",
+                )
         out.print(table)
     table = Table(title="targets")
     for column in ("target", "value", "wanted", "met"):

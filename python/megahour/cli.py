@@ -340,7 +340,8 @@ def _cmd_episodes_doctor(args: argparse.Namespace, console: Console) -> int:
 
     report = run_doctor()
     if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+        # One line: several nodes' reports arrive interleaved by line through srun.
+        print(json.dumps(report.to_dict()))
     elif report.ok:
         console.print(
             f"episodes OK: libx264/h264 present, {report.payload_reduction:.0%} smaller than JPEG, "
@@ -446,7 +447,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("raw")
     p.add_argument("output")
     p.add_argument("--pattern", default="vla", help="read pattern: vla (short GOP) or world_model (long GOP)")
-    p.add_argument("--crf", type=int, default=23, help="x264 CRF (lower = better quality, bigger)")
+    p.add_argument("--crf", type=int, default=20, help="x264 CRF (lower = better quality, bigger)")
     p.add_argument("--preset", default="medium", help="x264 preset")
     p.add_argument(
         "--group",

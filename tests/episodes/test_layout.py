@@ -48,7 +48,7 @@ def test_unknown_pattern_lists_the_known_ones() -> None:
 
 def test_gop_follows_the_read_pattern() -> None:
     assert layout.read_pattern("vla").gop_frames(30) == 15
-    assert layout.read_pattern("world_model").gop_frames(30) == 120
+    assert layout.read_pattern("world_model").gop_frames(30) == 60
 
 
 def test_parse_groups_cli_form() -> None:

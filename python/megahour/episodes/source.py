@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import io
 import os
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ class RangeSource:
 
     def __init__(self) -> None:
         self.counter = FetchCounter()
+        self._count_lock = threading.Lock()  # readers fetch a sample's ranges from several threads
 
     def read_range(self, offset: int, length: int) -> bytes:
         if offset < 0 or length < 0 or offset + length > self.size:
@@ -46,9 +48,10 @@ class RangeSource:
             )
         began = time.perf_counter()
         data = self._read(offset, length)
-        self.counter.seconds += time.perf_counter() - began
-        self.counter.fetches += 1
-        self.counter.bytes += len(data)
+        with self._count_lock:
+            self.counter.seconds += time.perf_counter() - began
+            self.counter.fetches += 1
+            self.counter.bytes += len(data)
         if len(data) != length:
             raise CorruptEpisodeError(
                 self.name, f"short read: {len(data)} of {length} bytes", offset=offset, fix="check the file"
@@ -88,7 +91,7 @@ class LocalSource(RangeSource):
 
 
 class HttpSource(RangeSource):
-    """HTTP range requests over one keep-alive connection (object-storage style reads)."""
+    """HTTP range requests over keep-alive connections, one per reading thread (object-storage style)."""
 
     def __init__(self, url: str, timeout_s: float = 30.0) -> None:
         super().__init__()
@@ -97,13 +100,27 @@ class HttpSource(RangeSource):
         if parts.scheme != "http":
             raise EpisodeError(url, "only http:// is read by HttpSource", fix="use an fsspec URL for others")
         self._path = parts.path + (f"?{parts.query}" if parts.query else "")
-        self._conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout_s)
+        self._address = (parts.hostname or "localhost", parts.port or 80, timeout_s)
+        self._local = threading.local()
+        self._all: list[http.client.HTTPConnection] = []
+        self._all_lock = threading.Lock()
         self._conn.request("HEAD", self._path)
         response = self._conn.getresponse()
         response.read()
         if response.status != 200:
             raise EpisodeError(url, f"HEAD answered {response.status}", fix="check the URL and the server")
         self.size = int(response.getheader("Content-Length", "0"))
+
+    @property
+    def _conn(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            host, port, timeout = self._address
+            conn = http.client.HTTPConnection(host, port, timeout=timeout)
+            self._local.conn = conn
+            with self._all_lock:
+                self._all.append(conn)
+        return conn
 
     def _read(self, offset: int, length: int) -> bytes:
         if length == 0:
@@ -118,7 +135,10 @@ class HttpSource(RangeSource):
         return data
 
     def close(self) -> None:
-        self._conn.close()
+        with self._all_lock:
+            for conn in self._all:
+                conn.close()
+            self._all.clear()
 
 
 class FsspecSource(RangeSource):

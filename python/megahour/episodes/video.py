@@ -8,6 +8,8 @@ fall exactly every ``gop`` frames (scene-cut detection off), so chunk boundaries
 from __future__ import annotations
 
 import io
+import itertools
+from collections.abc import Iterable
 from dataclasses import dataclass
 from fractions import Fraction
 
@@ -37,16 +39,19 @@ class EncodedFrame:
 
 
 def encode_h264(
-    frames: list[np.ndarray] | np.ndarray, settings: H264Settings, keyframes: set[int] | None = None
+    frames: Iterable[np.ndarray], settings: H264Settings, keyframes: set[int] | None = None
 ) -> list[EncodedFrame]:
     """Encode RGB uint8 frames [H, W, 3]; returns one Annex B access unit per input frame.
 
-    ``keyframes`` forces IDR frames at those indices (and nowhere else), so that several cameras can
-    share GOP boundaries in time; without it an IDR falls every ``settings.gop`` frames.
+    ``frames`` may be a generator: frames are encoded as they come, so a long episode never sits in
+    memory decoded. ``keyframes`` forces IDR frames at those indices (and nowhere else), so that several
+    cameras can share GOP boundaries in time; without it an IDR falls every ``settings.gop`` frames.
     """
-    if len(frames) == 0:
+    frames = iter(frames)
+    first = next(frames, None)
+    if first is None:
         return []
-    height, width = frames[0].shape[:2]
+    height, width = first.shape[:2]
     if width % 2 or height % 2:
         raise ValueError(f"H.264 4:2:0 needs even frame sizes, got {width}x{height}; crop or pad the camera")
     ctx = av.CodecContext.create("libx264", "w")
@@ -58,18 +63,20 @@ def encode_h264(
     ctx.gop_size = settings.gop
     ctx.max_b_frames = 0
     ctx.thread_count = 1  # frame threads would reorder latency, not output; one thread keeps runs repeatable
-    # With forced keyframes the encoder's own interval is pushed past the episode so it adds none.
-    keyint = settings.gop if keyframes is None else max(len(frames) + 1, settings.gop)
+    # With forced keyframes the encoder adds none of its own (a frame drop may stretch a GOP).
+    keyint, min_keyint = (str(settings.gop), settings.gop) if keyframes is None else ("infinite", 1)
     ctx.options = {
         "crf": str(settings.crf),
         "preset": settings.preset,
         "forced-idr": "1",
         "x264-params": (
-            f"keyint={keyint}:min-keyint={keyint}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1"
+            f"keyint={keyint}:min-keyint={min_keyint}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1"
         ),
     }
     out: list[EncodedFrame] = []
-    for index, rgb in enumerate(frames):
+    count = 0
+    for index, rgb in enumerate(itertools.chain([first], frames)):
+        count += 1
         frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(
             format="yuv420p"
         )
@@ -78,8 +85,8 @@ def encode_h264(
             frame.pict_type = av.video.frame.PictureType.I
         out.extend(EncodedFrame(bytes(p), bool(p.is_keyframe)) for p in ctx.encode(frame))
     out.extend(EncodedFrame(bytes(p), bool(p.is_keyframe)) for p in ctx.encode(None))
-    if len(out) != len(frames):
-        raise RuntimeError(f"libx264 returned {len(out)} packets for {len(frames)} frames")
+    if len(out) != count:
+        raise RuntimeError(f"libx264 returned {len(out)} packets for {count} frames")
     if keyframes is not None and {i for i, f in enumerate(out) if f.keyframe} != set(keyframes):
         raise RuntimeError("libx264 did not place IDR frames where they were forced")
     return out
@@ -92,18 +99,33 @@ class H264Decoder:
         self._ctx = av.CodecContext.create("h264", "r")
         self._ctx.thread_count = 1
 
-    def decode(self, units: list[bytes]) -> list[np.ndarray]:
-        frames: list[np.ndarray] = []
+    def decode(self, units: list[bytes], keep: set[int] | None = None) -> dict[int, np.ndarray]:
+        """Decode every unit (inter frames need their predecessors) but convert to RGB only ``keep``.
+
+        Returns {unit index: RGB frame}; the RGB conversion costs as much as a decode, so frames the
+        caller will not use stay in YUV and are dropped.
+        """
+        out: dict[int, np.ndarray] = {}
+        index = 0
+
+        def take(frames: list) -> None:
+            nonlocal index
+            for frame in frames:
+                if keep is None or index in keep:
+                    out[index] = frame.to_ndarray(format="rgb24")
+                index += 1
+
         for unit in units:
-            for frame in self._ctx.decode(av.Packet(unit)):
-                frames.append(frame.to_ndarray(format="rgb24"))
-        for frame in self._ctx.decode(None):
-            frames.append(frame.to_ndarray(format="rgb24"))
-        return frames
+            take(self._ctx.decode(av.Packet(unit)))
+        take(self._ctx.decode(None))
+        if index != len(units):
+            raise ValueError(f"decoded {index} frames from {len(units)} access units")
+        return out
 
 
 def decode_h264_run(units: list[bytes]) -> list[np.ndarray]:
-    return H264Decoder().decode(units)
+    frames = H264Decoder().decode(units)
+    return [frames[i] for i in range(len(units))]
 
 
 def encode_jpeg(rgb: np.ndarray, quality: int = 90) -> bytes:
