@@ -111,13 +111,24 @@ def _empty_series() -> np.ndarray:
     return np.zeros((0, 0), dtype=np.float64)
 
 
-def _frame_window_error(name: str, topic: str, t_ns: int, frames: int, stride: int) -> SampleWindowError:
-    return SampleWindowError(
-        name,
-        f"fewer than {frames} frames (stride {stride}) at or before t={t_ns}",
-        topic=topic,
-        fix="pick a later t (benchmark times come from valid_times with the spec's reach)",
-    )
+def _frame_plans(
+    spec: SampleSpec, t_ns: int, cameras: dict[str, Any], name: str, missing: type[Exception], problem: str
+) -> Iterable[tuple[str, Any, list[int]]]:
+    """(topic, camera, frame indices) per frame topic of ``spec``; ``cameras`` carry ``frame_times``."""
+    for window in spec.frames:
+        for topic in window.topics:
+            camera = cameras.get(topic)
+            if camera is None:
+                raise missing(name, problem, topic=topic)
+            picked = frame_indices(camera.frame_times, t_ns, window.frames, window.stride)
+            if picked is None:
+                raise SampleWindowError(
+                    name,
+                    f"fewer than {window.frames} frames (stride {window.stride}) at or before t={t_ns}",
+                    topic=topic,
+                    fix="pick a later t (benchmark times come from valid_times with the spec's reach)",
+                )
+            yield topic, camera, picked
 
 
 def _series_bounds(spec: SampleSpec, t_ns: int) -> dict[str, tuple[int, int]]:
@@ -399,15 +410,10 @@ class HFlowLayout:
         sample = Sample(t_ns=t_ns)
         # Plan: per camera, the frames to return and the keyframe the decode starts at.
         plans: dict[str, tuple[list[int], int]] = {}
-        for window in spec.frames:
-            for topic in window.topics:
-                camera = handle.cameras.get(topic)
-                if camera is None:
-                    raise UnknownSchemaError(name, "frame topic is not H.264 video", topic=topic)
-                picked = frame_indices(camera.frame_times, t_ns, window.frames, window.stride)
-                if picked is None:
-                    raise _frame_window_error(name, topic, t_ns, window.frames, window.stride)
-                plans[topic] = (picked, keyframe_for(camera.keyframes, picked[0]))
+        for topic, camera, picked in _frame_plans(
+            spec, t_ns, handle.cameras, name, UnknownSchemaError, "frame topic is not H.264 video"
+        ):
+            plans[topic] = (picked, keyframe_for(camera.keyframes, picked[0]))
         frames_decoded = 0
         if plans:
             # One read for the whole cameras group, as HFlow's topic-group layout intends.
@@ -725,18 +731,13 @@ class LeRobotLayout:
         name = handle.sources[0].name
         sample = Sample(t_ns=t_ns)
         frames_decoded = 0
-        for window in spec.frames:
-            for topic in window.topics:
-                camera = handle.cameras.get(topic)
-                if camera is None:
-                    raise MissingTopicError(name, "no MP4 for this camera", topic=topic)
-                picked = frame_indices(camera.frame_times, t_ns, window.frames, window.stride)
-                if picked is None:
-                    raise _frame_window_error(camera.name, topic, t_ns, window.frames, window.stride)
-                frames, decoded = self._decode_frames(camera, picked)
-                frames_decoded += decoded
-                sample.frames[topic] = np.stack(frames)
-                sample.frame_times[topic] = np.array([camera.frame_times[i] for i in picked], dtype=np.int64)
+        for topic, camera, picked in _frame_plans(
+            spec, t_ns, handle.cameras, name, MissingTopicError, "no MP4 for this camera"
+        ):
+            frames, decoded = self._decode_frames(camera, picked)
+            frames_decoded += decoded
+            sample.frames[topic] = np.stack(frames)
+            sample.frame_times[topic] = np.array([camera.frame_times[i] for i in picked], dtype=np.int64)
         bounds = _series_bounds(spec, t_ns)
         if bounds:
             for topic in bounds:
