@@ -474,7 +474,7 @@ STATE_SCHEMA = pa.schema(
         ("text", pa.string()),  # foxglove.Log message text
     ]
 )
-VIDEO_BLOCK = 64 * 1024  # read-ahead for the MP4s and the Parquet file
+VIDEO_BLOCK = 1 << 20  # the same read-ahead as the HFlow adapter, so neither pays for a small one
 
 
 def _encode_mp4(spec: TopicSpec, messages: Sequence[Message], path: Path, gop_frames: int, crf: int) -> None:

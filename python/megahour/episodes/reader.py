@@ -257,7 +257,7 @@ class EpisodeReader:
                     fix="the keyframe index does not match the chunks; re-transcode the episode",
                 )
             units = [schemas.decode_payload(schema, data) for _, data in upto[start : picked[-1] + 1]]
-            decoded = video.H264Decoder().decode(units, keep={i - start for i in picked})
+            decoded = video.H264Decoder(self.decode_threads).decode(units, keep={i - start for i in picked})
             frames = [decoded[i - start] for i in picked]
             count = len(units)
         else:

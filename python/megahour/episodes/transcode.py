@@ -36,6 +36,7 @@ class TranscodeOptions:
     # CRF 20 keeps >= 35 dB PSNR against the recorded (JPEG) frames of noisy sensor footage; CRF 23 does not.
     crf: int = 20
     preset: str = "medium"
+    cabac: bool = False  # see video.H264Settings.cabac
     # "grouped" is the megahour layout; "per_topic" keeps H.264 but chunks like a recorder (a baseline).
     chunking: str = "grouped"
     per_topic_chunk_bytes: int = 1 << 20
@@ -154,7 +155,9 @@ def encode_cameras(
         windows = [(m.log_time - recording.start_ns) // window for m in msgs]
         forced = {i for i in range(len(msgs)) if i == 0 or windows[i] != windows[i - 1]}
         gop = layout.pattern.gop_frames(spec.rate_hz)
-        settings = video.H264Settings(gop=gop, crf=options.crf, preset=options.preset, rate_hz=spec.rate_hz)
+        settings = video.H264Settings(
+            gop=gop, crf=options.crf, preset=options.preset, rate_hz=spec.rate_hz, cabac=options.cabac
+        )
         encoded = video.encode_h264(frames, settings, keyframes=forced)
         frame_id = spec.frame_id or spec.topic
         messages[spec.topic] = [
@@ -215,6 +218,7 @@ def layout_record(recording: Recording, layout: Layout, options: TranscodeOption
         "pattern": layout.pattern.name,
         "gop_s": layout.pattern.gop_s,
         "crf": options.crf,
+        "cabac": options.cabac,
         "groups": [
             {"name": g.name, "topics": layout.topics_in(g.name)}
             for g in layout.groups

@@ -21,9 +21,12 @@ from PIL import Image
 @dataclass(frozen=True)
 class H264Settings:
     gop: int
-    crf: int = 23
+    crf: int = 20
     preset: str = "medium"
     rate_hz: float = 30.0
+    # CABAC off (CAVLC): on noisy sensor footage about 5% more bytes for half the decode time, measured
+    # in docs/benchmarks.md. Training reads are decode-bound, so the default favours decode.
+    cabac: bool = False
 
     def __post_init__(self) -> None:
         if self.gop < 1:
@@ -71,6 +74,7 @@ def encode_h264(
         "forced-idr": "1",
         "x264-params": (
             f"keyint={keyint}:min-keyint={min_keyint}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1"
+            f":cabac={int(settings.cabac)}"
         ),
     }
     out: list[EncodedFrame] = []
@@ -95,9 +99,12 @@ def encode_h264(
 class H264Decoder:
     """Decodes a run of access units that starts at a keyframe; one decoder per run keeps runs independent."""
 
-    def __init__(self) -> None:
+    def __init__(self, threads: int = 1) -> None:
         self._ctx = av.CodecContext.create("h264", "r")
-        self._ctx.thread_count = 1
+        # Frame threads pipeline a long run (a world-model clip) across cores; output order is unchanged.
+        self._ctx.thread_count = threads
+        if threads > 1:
+            self._ctx.thread_type = "FRAME"
 
     def decode(self, units: list[bytes], keep: set[int] | None = None) -> dict[int, np.ndarray]:
         """Decode every unit (inter frames need their predecessors) but convert to RGB only ``keep``.
