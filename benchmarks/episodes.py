@@ -268,10 +268,10 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="1 short episode, fewer samples (< 2 min)")
     parser.add_argument("--json", type=Path, help="write every figure here")
-    parser.add_argument("--episodes", type=int, help="simulated episodes (default 3; quick 1)")
-    parser.add_argument("--duration", type=float, help="seconds per episode (default 20; quick 4.5)")
+    parser.add_argument("--episodes", type=int, help="simulated episodes (default 2; quick 1)")
+    parser.add_argument("--duration", type=float, help="seconds per episode (default 12; quick 4.5)")
     parser.add_argument(
-        "--samples", type=int, help="samples per layout, pattern and mode (default 40; quick 6)"
+        "--samples", type=int, help="samples per layout, pattern and mode (default 30; quick 6)"
     )
     parser.add_argument(
         "--latency-ms",
@@ -282,16 +282,16 @@ def main() -> int:
     parser.add_argument("--layouts", default=",".join(LAYOUTS), help="comma-separated subset of layouts")
     parser.add_argument("--workdir", type=Path, help="keep the built files here (default: a temporary dir)")
     args = parser.parse_args()
-    episodes_n = args.episodes or (1 if args.quick else 3)
-    duration = args.duration or (4.5 if args.quick else 20.0)
-    samples = args.samples or (6 if args.quick else 40)
+    episodes_n = args.episodes or (1 if args.quick else 2)
+    duration = args.duration or (4.5 if args.quick else 12.0)
+    samples = args.samples or (6 if args.quick else 30)
     layouts = [name.strip() for name in args.layouts.split(",") if name.strip()]
     unknown = sorted(set(layouts) - set(LAYOUTS))
     if unknown:
         parser.error(f"unknown layouts {unknown}; choose from {', '.join(LAYOUTS)}")
-    sweep = (0.5, 2.0) if args.quick else (0.25, 0.5, 1.0, 2.0, 4.0, 6.0)
-    ssim_every = 15 if args.quick else 3
-    psnr_every = 5 if args.quick else 1
+    sweep = (0.5, 2.0) if args.quick else (0.25, 0.5, 1.0, 2.0, 4.0)
+    ssim_every = 15 if args.quick else 10
+    psnr_every = 5 if args.quick else 2
     os.environ.setdefault("HFLOW_FFMPEG", __import__("imageio_ffmpeg").get_ffmpeg_exe())
 
     began = time.perf_counter()

@@ -230,9 +230,10 @@ def _progress(console: Console, label: str):
 def _cmd_episodes_simulate(args: argparse.Namespace, console: Console) -> int:
     from megahour.episodes import mcapio, sim
 
-    config = sim.SimConfig(seed=args.seed, duration_s=args.duration)
     if args.cameras == 4:
-        config = config.four_cameras()
+        config = sim.SimConfig.four_cameras(seed=args.seed, duration_s=args.duration)
+    else:
+        config = sim.SimConfig(seed=args.seed, duration_s=args.duration)
     bar, update = _progress(console, "render")
     with bar:
         recording = sim.simulate(config, progress=update)

@@ -147,3 +147,13 @@ def test_doctor_round_trip_passes() -> None:
     report = run_doctor()
     assert report.ok, report.problems
     assert report.fetches_per_sample == report.groups_per_sample == 2
+
+
+def test_cli_simulate_writes_a_raw_episode(tmp_path, capsys) -> None:
+    out = tmp_path / "sim.mcap"
+    assert cli.main(["episodes", "simulate", str(out), "--duration", "0.5", "--cameras", "4", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    cameras = [t for t in report["topics"] if t.startswith("/camera/")]
+    assert len(cameras) == 4 and all(report["topics"][t] == 15 for t in cameras)
+    with EpisodeReader(out) as reader:
+        assert reader.index.channels["/camera/scene/image"].schema == "foxglove.CompressedImage"
