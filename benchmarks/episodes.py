@@ -200,8 +200,15 @@ def read_figures(
     try:
         rates = {t: 30.0 for w in spec.frames for t in w.topics}
         reach = spec.reach_ns(rates)
+        # Bounds are the first and last message (the simulator's end_ns is exclusive).
         per_episode = [
-            valid_times(ep.recording.start_ns, ep.recording.end_ns, reach, samples, seed + i)
+            valid_times(
+                min(m[0].log_time for m in ep.recording.messages.values() if m),
+                max(m[-1].log_time for m in ep.recording.messages.values() if m),
+                reach,
+                samples,
+                seed + i,
+            )
             for i, (ep, _) in enumerate(built)
         ]
         for k in range(samples):
