@@ -135,7 +135,7 @@ def _series_bounds(spec: SampleSpec, t_ns: int) -> dict[str, tuple[int, int]]:
     """Inclusive [lo, hi] per series topic; a topic in several windows reads their union."""
     bounds: dict[str, tuple[int, int]] = {}
     for window in spec.series:
-        lo, hi = t_ns - round(window.before_s * NS), t_ns + round(window.after_s * NS)
+        lo, hi = window.bounds(t_ns)
         for topic in window.topics:
             old = bounds.get(topic, (lo, hi))
             bounds[topic] = (min(old[0], lo), max(old[1], hi))
@@ -147,7 +147,7 @@ def _fill_series(
 ) -> None:
     """Per window: every row of the topic inside [t - before_s, t + after_s], in time order."""
     for window in spec.series:
-        lo, hi = t_ns - round(window.before_s * NS), t_ns + round(window.after_s * NS)
+        lo, hi = window.bounds(t_ns)
         for topic in window.topics:
             picked = sorted((r for r in rows_by_topic.get(topic, []) if lo <= r[0] <= hi), key=lambda r: r[0])
             sample.series_times[topic] = np.array([ts for ts, _ in picked], dtype=np.int64)

@@ -61,9 +61,7 @@ def test_grouped_chunks_are_group_sections_on_window_boundaries(messages, patter
         assert times == sorted(times)  # time-major inside the chunk
         video = group == "cameras"
         assert chunk.compression == ("none" if video else "zstd")
-        window = (
-            transcode.video_window_ns(resolved.pattern, 30.0) if video else resolved.chunk_ns(group, None)
-        )
+        window = resolved.pattern.gop_ns(30.0) if video else resolved.chunk_ns(group, None)
         assert len({t // window for t in times}) == 1  # never straddles a window (GOP) boundary
     flat = sorted((m.log_time, t) for c in chunks for t, m in c.messages)
     assert flat == sorted((m.log_time, t) for t, msgs in messages.items() for m in msgs)

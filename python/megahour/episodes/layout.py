@@ -33,6 +33,10 @@ class ReadPattern:
     def gop_frames(self, rate_hz: float) -> int:
         return max(1, round(self.gop_s * rate_hz))
 
+    def gop_ns(self, rate_hz: float) -> int:
+        """The GOP as a time window (gop_frames frame periods): IDRs fall on each window's first frame."""
+        return round(self.gop_frames(rate_hz) * NS / rate_hz)
+
 
 READ_PATTERNS: dict[str, ReadPattern] = {
     "vla": ReadPattern(
@@ -97,8 +101,7 @@ class Layout:
         if spec.chunk_s is not None:
             return max(1, round(spec.chunk_s * NS))
         if video_rate_hz:
-            # Exactly one GOP per chunk: the window is gop_frames frame periods.
-            return round(self.pattern.gop_frames(video_rate_hz) * NS / video_rate_hz)
+            return self.pattern.gop_ns(video_rate_hz)  # exactly one GOP per chunk
         return max(1, round(self.pattern.data_chunk_s * NS))
 
 
@@ -143,6 +146,10 @@ class SeriesWindow:
     topics: tuple[str, ...]
     before_s: float
     after_s: float
+
+    def bounds(self, t_ns: int) -> tuple[int, int]:
+        """The inclusive [lo, hi] in ns this window reads around ``t_ns``."""
+        return t_ns - round(self.before_s * NS), t_ns + round(self.after_s * NS)
 
 
 @dataclass(frozen=True)
@@ -243,15 +250,3 @@ def coalesce(chunks: Sequence[ChunkRef]) -> tuple[int, int]:
     start = min(c.offset for c in chunks)
     end = max(c.offset + c.length for c in chunks)
     return start, end - start
-
-
-def window_plan(start_ns: int, end_ns: int, chunk_ns: int) -> list[tuple[int, int]]:
-    """Half-open windows [a, b) of ``chunk_ns`` from ``start_ns`` that cover [start_ns, end_ns]."""
-    if chunk_ns <= 0:
-        raise ValueError("chunk window must be positive")
-    windows = []
-    a = start_ns
-    while a <= end_ns:
-        windows.append((a, a + chunk_ns))
-        a += chunk_ns
-    return windows

@@ -134,7 +134,7 @@ def per_topic_chunks(
     pending: dict[str, list[Message]] = {t: [] for t in messages}
     size: dict[str, int] = dict.fromkeys(messages, 0)
     out: list[tuple[int, PlannedChunk]] = []
-    for topic, msg in _merged(messages):
+    for topic, msg in merged_time_major(messages):
         pending[topic].append(msg)
         size[topic] += len(msg.data) + 31
         if size[topic] >= chunk_bytes:
@@ -147,15 +147,11 @@ def per_topic_chunks(
     return [chunk for _, chunk in out]
 
 
-def _merged(messages: dict[str, list[Message]]) -> list[tuple[str, Message]]:
+def merged_time_major(messages: dict[str, list[Message]]) -> list[tuple[str, Message]]:
     """All messages in log-time order (ties by topic name, so the order is deterministic)."""
     flat = [(m.log_time, topic, m) for topic, msgs in messages.items() for m in msgs]
     flat.sort(key=lambda item: (item[0], item[1]))
     return [(topic, m) for _, topic, m in flat]
-
-
-def merged_time_major(messages: dict[str, list[Message]]) -> list[tuple[str, Message]]:
-    return _merged(messages)
 
 
 # --- reading ------------------------------------------------------------------------------------

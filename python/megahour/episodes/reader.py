@@ -158,12 +158,8 @@ class EpisodeReader:
                     first = min(first, keyframes[pos])
                 out.append(TopicRequest(topic, first, t_ns))
         for window in spec.series:
-            for topic in window.topics:
-                out.append(
-                    TopicRequest(
-                        topic, t_ns - round(window.before_s * 1e9), t_ns + round(window.after_s * 1e9)
-                    )
-                )
+            lo, hi = window.bounds(t_ns)
+            out.extend(TopicRequest(topic, lo, hi) for topic in window.topics)
         return out
 
     def fetch_plan(self, requests: list[TopicRequest]) -> list[tuple[int, int]]:
@@ -216,7 +212,7 @@ class EpisodeReader:
             sample.frame_times[topic] = times
             frames_decoded += decoded
         for window in spec.series:
-            lo, hi = t_ns - round(window.before_s * 1e9), t_ns + round(window.after_s * 1e9)
+            lo, hi = window.bounds(t_ns)
             for topic in window.topics:
                 picked = [(ts, data) for ts, data in found[topic] if lo <= ts <= hi]
                 sample.series_times[topic] = np.array([ts for ts, _ in picked], dtype=np.int64)
@@ -247,9 +243,12 @@ class EpisodeReader:
                 fix="pick a later t",
             )
         if schema == "foxglove.CompressedVideo":
-            keyset = set(self._keyframes[topic] or ())
-            start = max((i for i in range(picked[0] + 1) if times[i] in keyset), default=None)
-            if start is None:
+            try:
+                key_time = plan.keyframe_for(self._keyframes[topic] or (), times[picked[0]])
+            except ValueError:
+                key_time = None
+            start = bisect.bisect_left(times, key_time) if key_time is not None else len(times)
+            if start >= len(times) or times[start] != key_time:
                 raise SampleWindowError(
                     self.name,
                     f"no keyframe at or before frame time {times[picked[0]]}",

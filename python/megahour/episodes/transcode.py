@@ -89,7 +89,8 @@ def transcode(
     if options.gop_s is not None:
         pattern = ReadPattern(pattern.name, options.gop_s, pattern.data_chunk_s, pattern.description)
     layout = resolve_layout(pattern, options.groups, recording.topics)
-    tuned, keyframes, gops = encode_cameras(recording, layout, options, progress)
+    cams = encode_cameras(recording, layout, options, progress)
+    tuned, keyframes = cams.recording, cams.keyframe_times
     if options.chunking == "grouped":
         chunks = grouped_chunks(tuned, layout)
         metadata = {mcapio.LAYOUT_METADATA: {"layout": json.dumps(layout_record(tuned, layout, options))}}
@@ -104,27 +105,15 @@ def transcode(
     size = mcapio.write_episode(out_path, tuned.topics, chunks, metadata)
     if progress:
         progress("write", 1, 1)
-    jpeg = sum(
-        len(schemas.decode_payload(s.schema, m.data))
-        for t, s in recording.topics.items()
-        if s.kind == "image"
-        for m in recording.messages[t]
-    )
-    h264 = sum(
-        len(schemas.decode_payload(s.schema, m.data))
-        for t, s in tuned.topics.items()
-        if s.kind == "video"
-        for m in tuned.messages[t]
-    )
     return TranscodeReport(
         source=str(raw_path),
         output=str(out_path),
         pattern=pattern.name,
         chunking=options.chunking,
-        gop_frames=gops,
+        gop_frames=cams.gop_frames,
         frames=sum(len(tuned.messages[t]) for t, s in tuned.topics.items() if s.kind == "video"),
-        jpeg_payload_bytes=jpeg,
-        video_payload_bytes=h264,
+        jpeg_payload_bytes=cams.jpeg_bytes,
+        video_payload_bytes=cams.video_bytes,
         raw_file_bytes=Path(raw_path).stat().st_size,
         output_file_bytes=size,
         chunks=len(chunks),
@@ -132,26 +121,34 @@ def transcode(
     )
 
 
-def video_window_ns(pattern: ReadPattern, rate_hz: float) -> int:
-    """The GOP as a time window: IDRs fall on the first frame of each window, for every camera."""
-    return round(pattern.gop_frames(rate_hz) * 1e9 / rate_hz)
+@dataclass
+class EncodedCameras:
+    """The recording with its cameras in H.264, and what the encode learned on the way."""
+
+    recording: Recording
+    keyframe_times: dict[str, list[int]]
+    gop_frames: dict[str, int]
+    jpeg_bytes: int  # compressed frame bytes read (the JPEG payloads)
+    video_bytes: int  # compressed frame bytes written (the H.264 access units)
 
 
 def encode_cameras(
     recording: Recording, layout: Layout, options: TranscodeOptions, progress: Progress | None
-) -> tuple[Recording, dict[str, list[int]], dict[str, int]]:
-    """Re-encode every JPEG camera as H.264; returns the new recording, keyframe times and GOP sizes."""
+) -> EncodedCameras:
+    """Re-encode every JPEG camera as H.264, IDRs on the first frame of each GOP window."""
     topics = dict(recording.topics)
     messages = dict(recording.messages)
     keyframe_times: dict[str, list[int]] = {}
     gops: dict[str, int] = {}
     cameras = [spec for spec in recording.topics.values() if spec.kind == "image"]
     total = sum(len(recording.messages[c.topic]) for c in cameras)
-    done = 0
+    done = jpeg_bytes = video_bytes = 0
     for spec in cameras:
         msgs = recording.messages[spec.topic]
-        frames = (video.decode_jpeg(schemas.decode_payload(spec.schema, m.data)) for m in msgs)
-        window = video_window_ns(layout.pattern, spec.rate_hz)
+        jpegs = [schemas.decode_payload(spec.schema, m.data) for m in msgs]
+        jpeg_bytes += sum(map(len, jpegs))
+        frames = (video.decode_jpeg(jpeg) for jpeg in jpegs)
+        window = layout.pattern.gop_ns(spec.rate_hz)
         windows = [(m.log_time - recording.start_ns) // window for m in msgs]
         forced = {i for i in range(len(msgs)) if i == 0 or windows[i] != windows[i - 1]}
         gop = layout.pattern.gop_frames(spec.rate_hz)
@@ -159,6 +156,7 @@ def encode_cameras(
             gop=gop, crf=options.crf, preset=options.preset, rate_hz=spec.rate_hz, cabac=options.cabac
         )
         encoded = video.encode_h264(frames, settings, keyframes=forced)
+        video_bytes += sum(len(e.data) for e in encoded)
         frame_id = spec.frame_id or spec.topic
         messages[spec.topic] = [
             Message(m.log_time, schemas.encode_video_frame(m.log_time, frame_id, e.data))
@@ -166,8 +164,7 @@ def encode_cameras(
         ]
         width, height = spec.width, spec.height
         if not (width and height):
-            first = video.decode_jpeg(schemas.decode_payload(spec.schema, msgs[0].data))
-            height, width = first.shape[:2]
+            height, width = video.decode_jpeg(jpegs[0]).shape[:2]
         topics[spec.topic] = TopicSpec(spec.topic, "video", spec.rate_hz, frame_id, width, height)
         keyframe_times[spec.topic] = [msgs[i].log_time for i in sorted(forced)]
         gops[spec.topic] = gop
@@ -177,7 +174,7 @@ def encode_cameras(
     tuned = Recording(
         recording.episode_id, topics, messages, recording.start_ns, recording.end_ns, dict(recording.metadata)
     )
-    return tuned, keyframe_times, gops
+    return EncodedCameras(tuned, keyframe_times, gops, jpeg_bytes, video_bytes)
 
 
 def grouped_chunks(recording: Recording, layout: Layout) -> list[mcapio.PlannedChunk]:
@@ -192,10 +189,7 @@ def grouped_chunks(recording: Recording, layout: Layout) -> list[mcapio.PlannedC
         if not topics:
             continue
         video_rates = [recording.topics[t].rate_hz for t in topics if recording.topics[t].kind == "video"]
-        if video_rates and group.chunk_s is None:
-            window = video_window_ns(layout.pattern, min(video_rates))
-        else:
-            window = layout.chunk_ns(group.name, None)
+        window = layout.chunk_ns(group.name, min(video_rates) if video_rates else None)
         compression = "none" if video_rates else "zstd"
         current: list[tuple[str, Message]] = []
         current_window: int | None = None
