@@ -172,6 +172,59 @@ def test_corrupt_chunk_names_its_offset(raw_episode, tmp_path) -> None:
     assert [p.name for p in tmp_path.iterdir()] == ["bad.mcap"]
 
 
+def _damage_scene_frame(tuned_path: Path, out: Path, frame: int, *, at_start: bool, keep_crc: bool) -> tuple:
+    """Flip bytes in one scene-camera access unit inside its (uncompressed) video chunk.
+
+    ``at_start`` hits the Annex B start code, which libavcodec refuses; bytes in the middle of a slice
+    are concealed silently by the decoder, which is why chunk CRCs are checked. Returns (chunk offset,
+    frame log time).
+    """
+    from mcap.reader import make_reader
+
+    data = bytearray(tuned_path.read_bytes())
+    with open(tuned_path, "rb") as handle:
+        messages = list(make_reader(handle).iter_messages(topics=["/camera/scene/image"]))
+    schema, _channel, message = messages[frame]
+    unit = schemas.decode_payload(schema.name, message.data)
+    pos = bytes(data).index(unit)
+    pos += 0 if at_start else len(unit) // 2
+    data[pos : pos + 8] = bytes(b ^ 0x5A for b in data[pos : pos + 8])
+    with LocalSource(tuned_path) as source:
+        chunk = next(
+            c
+            for c in mcapio.open_index(source).chunk_indexes
+            if c.chunk_start_offset <= pos < c.chunk_start_offset + c.chunk_length
+        )
+    assert chunk.compression == ""  # video chunks are stored uncompressed
+    if not keep_crc:  # a CRC of 0 means "not computed": the damage then reaches the decoder
+        crc_at = chunk.chunk_start_offset + 9 + 8 + 8 + 8
+        data[crc_at : crc_at + 4] = bytes(4)
+    out.write_bytes(bytes(data))
+    return chunk.chunk_start_offset, message.log_time
+
+
+SCENE_ONLY = layout.SampleSpec("scene", frames=(layout.FrameWindow(("/camera/scene/image",), 1),))
+
+
+def test_flipped_bits_in_a_video_chunk_fail_its_crc(tuned, tmp_path) -> None:
+    path, _ = tuned
+    bad = tmp_path / "flipped.mcap"
+    offset, t_ns = _damage_scene_frame(path, bad, 20, at_start=False, keep_crc=True)
+    with EpisodeReader(bad) as reader, pytest.raises(CorruptEpisodeError, match=rf"byte {offset}: .*CRC"):
+        reader.read_sample(SCENE_ONLY, t_ns)
+
+
+def test_undecodable_video_is_a_typed_error_naming_the_topic(tuned, tmp_path) -> None:
+    path, _ = tuned
+    bad = tmp_path / "nocrc.mcap"
+    _, t_ns = _damage_scene_frame(path, bad, 20, at_start=True, keep_crc=False)
+    with (
+        EpisodeReader(bad) as reader,
+        pytest.raises(CorruptEpisodeError, match=r"topic /camera/scene/image: H.264 frames \d+\.\.\d+"),
+    ):
+        reader.read_sample(SCENE_ONLY, t_ns)
+
+
 def _write(path: Path, topics: dict[str, TopicSpec], messages: dict[str, list[Message]]) -> None:
     mcapio.write_episode(path, topics, mcapio.per_topic_chunks(messages, 1 << 16))
 

@@ -151,7 +151,7 @@ def decode_all_frames(path: str | Path, topic: str) -> np.ndarray:
     if not units:
         raise ValueError(f"{path}: topic {topic} has no frames")
     if schema_name == "foxglove.CompressedVideo":
-        return np.stack(video.decode_h264_run(units))
+        return video.decode_h264_run(units)
     return np.stack([video.decode_jpeg(unit) for unit in units])
 
 

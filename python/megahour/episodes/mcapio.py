@@ -12,6 +12,7 @@ import json
 import os
 import struct
 import tempfile
+import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -350,7 +351,7 @@ def _chunk_records(data: bytes, body: int, length: int) -> memoryview:
     Parsed with struct directly: mcap's record classes read field by field through a stream object,
     which costs more than the H.264 decode of a sample.
     """
-    _start, _end, size, _crc, name_len = _CHUNK_HEAD.unpack_from(data, body)
+    _start, _end, size, crc, name_len = _CHUNK_HEAD.unpack_from(data, body)
     at = body + _CHUNK_HEAD.size
     compression = bytes(data[at : at + name_len]).decode()
     at += name_len
@@ -360,14 +361,22 @@ def _chunk_records(data: bytes, body: int, length: int) -> memoryview:
         raise ValueError(f"records of {records_len} bytes overrun the chunk")
     payload = memoryview(data)[at : at + records_len]
     if compression == "":
-        return payload
-    if compression == "zstd":
-        return memoryview(_ZSTD.decompress(payload, max_output_size=size))
-    if compression == "lz4":
+        records = payload
+    elif compression == "zstd":
+        records = memoryview(_ZSTD.decompress(payload, max_output_size=size))
+    elif compression == "lz4":
         import lz4.frame
 
-        return memoryview(lz4.frame.decompress(payload))
-    raise ValueError(f"unknown chunk compression {compression!r}")
+        records = memoryview(lz4.frame.decompress(payload))
+    else:
+        raise ValueError(f"unknown chunk compression {compression!r}")
+    # Video chunks are stored uncompressed, so without this check a flipped bit reaches the decoder
+    # as a damaged frame; a CRC of 0 means the writer did not compute one (the MCAP spec allows that).
+    if crc and zlib.crc32(records) != crc:
+        raise ValueError(
+            f"CRC {zlib.crc32(records):#010x} of the records does not match the stored {crc:#010x}"
+        )
+    return records
 
 
 def _messages(records: memoryview, channel_ids: set[int]) -> Iterator[tuple[int, int, bytes]]:

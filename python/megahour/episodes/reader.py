@@ -13,11 +13,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+import av
 import numpy as np
 
 from megahour.episodes import layout as plan
 from megahour.episodes import mcapio, schemas, video
-from megahour.episodes.errors import MissingTopicError, SampleWindowError
+from megahour.episodes.errors import CorruptEpisodeError, MissingTopicError, SampleWindowError
 from megahour.episodes.layout import ChunkRef, SampleSpec
 from megahour.episodes.model import ReadStats, Sample
 from megahour.episodes.source import RangeSource, open_source
@@ -256,10 +257,29 @@ class EpisodeReader:
                     fix="the keyframe index does not match the chunks; re-transcode the episode",
                 )
             units = [schemas.decode_payload(schema, data) for _, data in upto[start : picked[-1] + 1]]
-            decoded = video.H264Decoder(self.decode_threads).decode(units, keep={i - start for i in picked})
-            frames = [decoded[i - start] for i in picked]
+            try:
+                frames = video.H264Decoder(self.decode_threads).decode(
+                    units, keep=[i - start for i in picked]
+                )
+            except (ValueError, av.error.FFmpegError) as exc:
+                raise CorruptEpisodeError(
+                    self.name,
+                    f"H.264 frames {times[start]}..{times[picked[-1]]} do not decode: {exc}",
+                    topic=topic,
+                    fix="the video payload is damaged; re-transcode the episode from its raw recording",
+                ) from exc
             count = len(units)
         else:
-            frames = [video.decode_jpeg(schemas.decode_payload(schema, upto[i][1])) for i in picked]
+            try:
+                frames = np.stack(
+                    [video.decode_jpeg(schemas.decode_payload(schema, upto[i][1])) for i in picked]
+                )
+            except (OSError, ValueError) as exc:  # Pillow: UnidentifiedImageError is an OSError
+                raise CorruptEpisodeError(
+                    self.name,
+                    f"a JPEG frame in {times[picked[0]]}..{times[picked[-1]]} does not decode: {exc}",
+                    topic=topic,
+                    fix="the image payload is damaged; re-record or drop the episode",
+                ) from exc
             count = len(frames)
-        return np.stack(frames), np.array([times[i] for i in picked], dtype=np.int64), count
+        return frames, np.array([times[i] for i in picked], dtype=np.int64), count
