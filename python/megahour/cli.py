@@ -356,6 +356,204 @@ def _cmd_episodes_doctor(args: argparse.Namespace, console: Console) -> int:
     return 0 if report.ok else 1
 
 
+# --- warehouse and manifests --------------------------------------------------------------------
+
+
+def _warehouse(args: argparse.Namespace):
+    from megahour.curation.warehouse import open_warehouse
+
+    return open_warehouse(args.warehouse)
+
+
+def _emit(args: argparse.Namespace, console: Console, result: dict, text: str) -> None:
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    else:
+        console.print(text, highlight=False)
+
+
+def _cmd_warehouse_init(args: argparse.Namespace, console: Console) -> int:
+    from megahour.curation import store
+
+    wh = _warehouse(args)
+    name = store.ensure_schema(wh, args.database, args.table)
+    version = ".".join(map(str, wh.version()))
+    _emit(
+        args,
+        console,
+        {"table": name, "warehouse": wh.url, "version": version},
+        f"{name} ready on {wh.url} (ClickHouse {version})",
+    )
+    return 0
+
+
+def _cmd_warehouse_count(args: argparse.Namespace, console: Console) -> int:
+    from megahour.curation import store
+
+    wh = _warehouse(args)
+    store.check(wh, args.database, args.table)
+    n = store.count(wh, args.database, args.table)
+    _emit(args, console, {"episodes": n, "warehouse": wh.url}, f"{n} episodes on {wh.url}")
+    return 0
+
+
+def _cmd_warehouse_upsert(args: argparse.Namespace, console: Console) -> int:
+    from megahour.curation import schema, store
+
+    records = []
+    with open(args.records) as handle:
+        for lineno, line in enumerate(handle, 1):
+            if line.strip():
+                records.append(schema.record_from_dict(json.loads(line), f"{args.records}:{lineno}"))
+    wh = _warehouse(args)
+    store.check(wh, args.database, args.table)
+    bar, update = _progress(console, "upsert")
+    with bar:
+        sent = store.upsert(wh, records, args.database, args.table, lambda n: update(n, len(records)))
+    _emit(args, console, {"upserted": sent, "warehouse": wh.url}, f"upserted {sent} episodes into {wh.url}")
+    return 0
+
+
+def _cmd_warehouse_synth(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from megahour.curation import store, synthetic
+
+    wh = _warehouse(args)
+    store.ensure_schema(wh, args.database, args.table)
+    began = time.perf_counter()
+    bar, update = _progress(console, "generate rows")
+    with bar:
+        done = 0
+        while done < args.rows:
+            step = min(args.batch, args.rows - done)
+            wh.execute(synthetic.insert_sql(step, args.seed, args.database, args.table, offset=done))
+            done += step
+            update(done, args.rows)
+    seconds = time.perf_counter() - began
+    _emit(
+        args,
+        console,
+        {"rows": args.rows, "seconds": seconds, "warehouse": wh.url},
+        f"generated {args.rows} synthetic episodes in {seconds:.1f} s on {wh.url}",
+    )
+    return 0
+
+
+def _cmd_manifest_build(args: argparse.Namespace, console: Console) -> int:
+    from dataclasses import asdict
+
+    from megahour.curation import build, fetch, sql
+
+    if args.query:
+        query, selection = Path(args.query).read_text(), None
+    else:
+        query = None
+        selection = sql.Selection(
+            where=args.where or "",
+            sample=args.sample,
+            task_weights=sql.parse_task_weights(args.task_weight or []),
+            seed=args.seed,
+        )
+    wh = _warehouse(args)
+    with console.status("running the selection in the warehouse"):
+        result = build.build_manifest(
+            wh,
+            args.output,
+            world_size=args.world_size,
+            selection=selection,
+            query=query,
+            database=args.database,
+            table=args.table,
+        )
+    if args.verify:
+        fetch.mark_verified(args.output)
+    _emit(
+        args,
+        console,
+        asdict(result),
+        f"wrote {result.path}: {result.rows} rows in {result.world_size} rank batches, "
+        f"{result.bytes / 1e6:.1f} MB, query {result.query_s:.2f} s + write {result.write_s:.2f} s",
+    )
+    return 0
+
+
+def _cmd_manifest_fetch(args: argparse.Namespace, console: Console) -> int:
+    from dataclasses import asdict
+
+    from megahour.curation import fetch
+
+    bar, update = _progress(console, "download")
+    with bar:
+        result = fetch.fetch(args.source, args.dest, parallel=args.parallel, progress=update)
+    state = "downloaded" if result.downloaded else "already current"
+    _emit(
+        args,
+        console,
+        asdict(result),
+        f"{result.path}: {state}, {result.rows} rows, {result.bytes / 1e6:.1f} MB, verified "
+        f"{result.content_sha256[:16]} in {result.seconds:.2f} s",
+    )
+    return 0
+
+
+def _cmd_manifest_verify(args: argparse.Namespace, console: Console) -> int:
+    from megahour.curation import fetch
+
+    info = fetch.mark_verified(args.path)
+    _emit(
+        args, console, info.to_json(), f"{args.path}: {info.rows} rows, content {info.content_sha256[:16]} OK"
+    )
+    return 0
+
+
+def _cmd_manifest_inspect(args: argparse.Namespace, console: Console) -> int:
+    from megahour.curation import manifest
+
+    source, _reader, info = manifest.open_file(args.path)
+    source.close()
+    _emit(
+        args,
+        console,
+        info.to_json(),
+        f"{args.path}: {info.rows} rows, {info.world_size} rank batches, columns {', '.join(info.columns)}\n"
+        f"built {info.created_at} from {info.warehouse} (ClickHouse {info.warehouse_version})\n"
+        f"content sha256 {info.content_sha256}\nquery:\n{info.query}",
+    )
+    return 0
+
+
+def _cmd_manifest_slice(args: argparse.Namespace, console: Console) -> int:
+    import time
+
+    from megahour.curation import load
+
+    began = time.perf_counter()
+    with load.open_rank(args.path, args.rank, args.world_size) as part:
+        opened = time.perf_counter() - began
+        result = {
+            "path": args.path,
+            "rank": args.rank,
+            "world_size": args.world_size,
+            "start": part.start,
+            "stop": part.stop,
+            "rows": part.rows,
+            "zero_copy": part.aligned,
+            "open_s": opened,
+        }
+        if args.epoch is not None:
+            result["epoch_rows_head"] = part.epoch_rows(args.epoch, args.seed)[:8].tolist()
+    _emit(
+        args,
+        console,
+        result,
+        f"rank {args.rank}/{args.world_size}: rows [{part.start}, {part.stop}) ({part.rows}), "
+        f"{'zero-copy' if result['zero_copy'] else 'crosses record batches'}, "
+        f"opened in {opened * 1e3:.1f} ms",
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -487,6 +685,71 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_episodes_doctor)
 
+    def warehouse_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--warehouse",
+            help="chdb:PATH or http://HOST:8123 (default: $MEGAHOUR_WAREHOUSE, "
+            "/etc/megahour/warehouse.yml, then the embedded chDB store)",
+        )
+        p.add_argument("--database", default="megahour")
+        p.add_argument("--table", default="episodes")
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+
+    wh = sub.add_parser("warehouse", help="the episodes warehouse (chDB embedded or ClickHouse)")
+    wh = wh.add_subparsers(dest="sub", required=True)
+    p = wh.add_parser("init", help="create the database and the episodes table (idempotent)")
+    warehouse_args(p)
+    p.set_defaults(func=_cmd_warehouse_init)
+    p = wh.add_parser("count", help="episodes as reads see them (one per episode_id)")
+    warehouse_args(p)
+    p.set_defaults(func=_cmd_warehouse_count)
+    p = wh.add_parser("upsert", help="write episode records from a JSON-lines file (idempotent)")
+    p.add_argument("records", help="JSON lines, one episode record each")
+    warehouse_args(p)
+    p.set_defaults(func=_cmd_warehouse_upsert)
+    p = wh.add_parser("synth", help="generate a synthetic episodes table in the warehouse (benchmarks)")
+    p.add_argument("--rows", type=int, required=True)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--batch", type=int, default=5_000_000, help="rows per INSERT")
+    warehouse_args(p)
+    p.set_defaults(func=_cmd_warehouse_synth)
+
+    man = sub.add_parser("manifest", help="training manifests: build, fetch, verify, inspect, slice")
+    man = man.add_subparsers(dest="sub", required=True)
+    p = man.add_parser("build", help="run a selection in the warehouse and write an Arrow IPC manifest")
+    p.add_argument("output", help="the manifest file to write (atomically)")
+    p.add_argument("--world-size", type=int, required=True, help="ranks that will load it (one batch each)")
+    p.add_argument("--query", help="a file with a full SELECT (scalar columns) instead of --where")
+    p.add_argument("--where", help='SQL condition over the episodes table, e.g. "duration_s > 60"')
+    p.add_argument("--sample", type=float, default=1.0, help="keep probability (0, 1], deterministic")
+    p.add_argument("--task-weight", action="append", metavar="TASK=W", help="per-task keep multiplier")
+    p.add_argument("--seed", type=int, default=0, help="fixes which rows sampling keeps and their order")
+    p.add_argument("--verify", action="store_true", help="also stamp it verified for loading on this host")
+    warehouse_args(p)
+    p.set_defaults(func=_cmd_manifest_build)
+    p = man.add_parser("fetch", help="download once per node with parallel ranged reads, verify, publish")
+    p.add_argument("source", help="path, http:// or fsspec URL of the built manifest")
+    p.add_argument("dest", help="node-local path")
+    p.add_argument("--parallel", type=int, default=8)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_manifest_fetch)
+    p = man.add_parser("verify", help="recompute a local manifest's content hash and stamp it verified")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_manifest_verify)
+    p = man.add_parser("inspect", help="a manifest's embedded metadata (query, rows, hash)")
+    p.add_argument("path")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_manifest_inspect)
+    p = man.add_parser("slice", help="open one rank's slice the way a trainer does and report it")
+    p.add_argument("path")
+    p.add_argument("--rank", type=int, required=True)
+    p.add_argument("--world-size", type=int, required=True)
+    p.add_argument("--epoch", type=int, help="also show the first rows of this epoch's shuffle")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_manifest_slice)
+
     inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)
     p = inv.add_parser("validate", help="check an inventory before deploying")
     p.add_argument("-i", "--inventory", required=True, help="inventory directory or file")
@@ -507,10 +770,16 @@ def main(argv: list[str] | None = None) -> int:
         from megahour.episodes.errors import EpisodeError, LayoutError
 
         errors = (*errors, EpisodeError, LayoutError, ValueError)
+    if args.command in ("warehouse", "manifest"):
+        from megahour.curation.errors import CurationError
+
+        errors = (*errors, CurationError, ValueError, OSError)
     try:
         return args.func(args, console)
     except errors as exc:
-        console.print(f"[red]error:[/] {exc}", highlight=False)
+        # Errors go to stderr whatever the output mode, so `--json` stdout stays parseable and scripts
+        # that capture stdout still show the reason.
+        Console(stderr=True).print(f"[red]error:[/] {exc}", highlight=False)
         return 1
 
 

@@ -134,7 +134,7 @@ def test_cli_errors_name_the_file_and_exit_1(tmp_path: Path, capsys) -> None:
     bad = tmp_path / "bad.mcap"
     bad.write_bytes(b"not an mcap file at all, just some bytes that are long enough")
     assert cli.main(["episodes", "transcode", str(bad), str(tmp_path / "out.mcap")]) == 1
-    assert "bad.mcap" in capsys.readouterr().out
+    assert "bad.mcap" in capsys.readouterr().err
     assert not (tmp_path / "out.mcap").exists()
     assert cli.main(["episodes", "transcode", str(bad), str(tmp_path / "o.mcap"), "--group", "x"]) == 1
 

@@ -1,0 +1,218 @@
+"""`megahour manifest fetch`: once per node, download a manifest to local disk, verify it, publish it.
+
+- Parallel ranged reads (local paths, http:// and fsspec URLs) into ``DEST.part``, written in place.
+- The embedded content hash and row count are recomputed; a mismatch or a short download deletes the
+  partial file and downloads again (``attempts`` in all), so a trainer never opens a damaged file.
+- Only then is the file renamed onto ``DEST`` and a stamp ``DEST.verified`` written (both atomic). The
+  loader refuses a manifest whose stamp is missing or does not match the file.
+- Every rank may call it: a lock file lets one process download while the others wait, and a current,
+  verified copy is not downloaded again.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import struct
+import tempfile
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+from megahour.curation import manifest
+from megahour.curation.errors import ManifestError
+from megahour.episodes.errors import EpisodeError
+from megahour.episodes.source import RangeSource, open_source
+
+PART_BYTES = 16 << 20
+STAMP_SUFFIX = ".verified"
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    source: str
+    path: str
+    bytes: int
+    seconds: float
+    parts: int
+    downloaded: bool  # False when a verified copy of the same content was already here
+    attempts: int
+    rows: int
+    content_sha256: str
+
+
+def stamp_path(path: Path) -> Path:
+    return path.with_name(path.name + STAMP_SUFFIX)
+
+
+def write_stamp(path: Path, info: manifest.ManifestInfo, source: str) -> None:
+    st = path.stat()
+    record = {
+        "content_sha256": info.content_sha256,
+        "rows": info.rows,
+        "size": st.st_size,
+        "mtime_ns": st.st_mtime_ns,
+        "inode": st.st_ino,
+        "source": source,
+        "verified_at": time.time(),
+    }
+    target = stamp_path(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=path.parent)
+    with os.fdopen(fd, "w") as handle:
+        json.dump(record, handle)
+    os.replace(tmp, target)
+
+
+def check_stamp(path: Path, info: manifest.ManifestInfo) -> None:
+    """ManifestError unless ``path`` was verified by fetch and has not changed since."""
+    target = stamp_path(path)
+    try:
+        record = json.loads(target.read_text())
+    except FileNotFoundError:
+        raise ManifestError(
+            f"{path} has not been verified (no {target.name}); run `megahour manifest fetch SOURCE {path}` "
+            "or `megahour manifest verify {path}`"
+        ) from None
+    except ValueError:
+        raise ManifestError(f"{target} does not parse; run `megahour manifest verify {path}`") from None
+    st = path.stat()
+    if (record.get("size"), record.get("mtime_ns"), record.get("inode")) != (
+        st.st_size,
+        st.st_mtime_ns,
+        st.st_ino,
+    ) or record.get("content_sha256") != info.content_sha256:
+        raise ManifestError(
+            f"{path} changed after it was verified; "
+            "run `megahour manifest fetch` or `megahour manifest verify` again"
+        )
+
+
+def mark_verified(path: str | Path) -> manifest.ManifestInfo:
+    """Verify a manifest already on local disk (e.g. one just built) and stamp it."""
+    path = Path(path)
+    info = manifest.verify(path)
+    write_stamp(path, info, str(path))
+    return info
+
+
+def remote_info(source: RangeSource) -> manifest.ManifestInfo:
+    """The manifest metadata from the start of a remote file (its schema message) in two small reads."""
+    head = source.read_range(0, min(source.size, 16))
+    if len(head) < 16 or head[:6] != b"ARROW1":
+        raise ManifestError(f"{source.name} is not an Arrow IPC file (bad magic); check the source URL")
+    marker, length = struct.unpack_from("<Ii", head, 8)
+    if marker != 0xFFFFFFFF or length <= 0 or 16 + length > source.size:
+        raise ManifestError(f"{source.name}: the schema message header is damaged")
+    message = source.read_range(8, 8 + length)
+    schema = ipc.read_schema(pa.py_buffer(message))
+    return manifest.read_info(_SchemaOnly(schema), source.name)
+
+
+class _SchemaOnly:
+    def __init__(self, schema: pa.Schema) -> None:
+        self.schema = schema
+
+
+def _download(source: RangeSource, part: Path, parallel: int, part_bytes: int, progress) -> int:
+    size = source.size
+    ranges = [(offset, min(part_bytes, size - offset)) for offset in range(0, size, part_bytes)]
+    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    done = 0
+    try:
+        os.ftruncate(fd, size)
+
+        def one(item: tuple[int, int]) -> int:
+            offset, length = item
+            data = source.read_range(offset, length)
+            view = memoryview(data)
+            written = 0
+            while written < length:
+                written += os.pwrite(fd, view[written:], offset + written)
+            return length
+
+        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="manifest-fetch") as pool:
+            for length in pool.map(one, ranges):
+                done += length
+                if progress:
+                    progress(done, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    return len(ranges)
+
+
+def fetch(
+    source_url: str,
+    dest: str | Path,
+    *,
+    parallel: int = 8,
+    part_bytes: int = PART_BYTES,
+    attempts: int = 3,
+    progress: Callable[[int, int], None] | None = None,
+) -> FetchResult:
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    began = time.perf_counter()
+    lock_path = dest.with_name(dest.name + ".lock")
+    with open(lock_path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one downloader per node; the others wait, then reuse
+        try:
+            source = open_source(source_url)
+        except EpisodeError as exc:
+            raise ManifestError(f"cannot open manifest source {source_url}: {exc}") from None
+        with source:
+            wanted = remote_info(source)
+            if dest.exists():
+                try:
+                    mapped, _reader, local = manifest.open_file(dest)
+                    mapped.close()
+                    check_stamp(dest, local)
+                    if local.content_sha256 == wanted.content_sha256:
+                        return FetchResult(
+                            source_url,
+                            str(dest),
+                            dest.stat().st_size,
+                            time.perf_counter() - began,
+                            0,
+                            False,
+                            0,
+                            local.rows,
+                            local.content_sha256,
+                        )
+                except ManifestError:
+                    pass  # damaged, unverified or another manifest: download it again
+            part = dest.with_name(dest.name + ".part")
+            last_error: Exception | None = None
+            for attempt in range(1, attempts + 1):
+                try:
+                    parts = _download(source, part, parallel, part_bytes, progress)
+                    info = manifest.verify(part)
+                    if info.content_sha256 != wanted.content_sha256:
+                        raise ManifestError(f"{source_url} changed while it was downloading")
+                except (ManifestError, EpisodeError, OSError) as exc:
+                    last_error = exc
+                    part.unlink(missing_ok=True)
+                    continue
+                stamp_path(dest).unlink(missing_ok=True)  # never a stamp that describes another file
+                os.replace(part, dest)
+                write_stamp(dest, info, source_url)
+                return FetchResult(
+                    source_url,
+                    str(dest),
+                    dest.stat().st_size,
+                    time.perf_counter() - began,
+                    parts,
+                    True,
+                    attempt,
+                    info.rows,
+                    info.content_sha256,
+                )
+            raise ManifestError(
+                f"could not fetch a verified copy of {source_url} in {attempts} attempts: {last_error}"
+            )

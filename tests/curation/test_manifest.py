@@ -1,0 +1,289 @@
+"""Manifests end to end on chDB: build, fetch (local and HTTP), verify, and zero-copy rank slices."""
+
+from __future__ import annotations
+
+import json
+import warnings
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from megahour import cli
+from megahour.curation import build, fetch, load, manifest, sql, store
+from megahour.curation.errors import ManifestError
+from megahour.episodes.httpserve import RangeServer
+from tests.curation.conftest import make_records
+
+N = 1000
+
+
+@pytest.fixture
+def filled(warehouse, database) -> str:
+    store.upsert(warehouse, make_records(N), database)
+    return database
+
+
+@pytest.fixture
+def built(warehouse, filled, tmp_path):
+    path = tmp_path / "out" / "m.arrow"
+    result = build.build_manifest(
+        warehouse, path, world_size=4, selection=sql.Selection(where="duration_s >= 100"), database=filled
+    )
+    return path, result
+
+
+def test_selection_matches_a_python_filter_and_is_deterministic(warehouse, filled, built, tmp_path) -> None:
+    path, result = built
+    expected = sorted(r.episode_id for r in make_records(N) if r.duration_s >= 100)
+    source, reader, info = manifest.open_file(path)
+    table = reader.read_all()
+    assert sorted(table.column("episode_id").to_pylist()) == expected
+    assert info.rows == result.rows == len(expected) and info.world_size == 4
+    assert "duration_s >= 100" in info.query and info.warehouse_version.startswith(("2", "3"))
+    assert info.snapshot["stored_rows"] == N and sql.ORDER_KEY not in table.column_names
+    source.close()
+    again = build.build_manifest(
+        warehouse,
+        tmp_path / "again.arrow",
+        world_size=4,
+        selection=sql.Selection(where="duration_s >= 100"),
+        database=filled,
+    )
+    assert again.content_sha256 == result.content_sha256
+    other_seed = build.build_manifest(
+        warehouse,
+        tmp_path / "seed.arrow",
+        world_size=4,
+        selection=sql.Selection(where="duration_s >= 100", seed=5),
+        database=filled,
+    )
+    assert other_seed.content_sha256 != result.content_sha256  # same rows, another order
+
+
+def test_sampling_and_task_weights_are_deterministic_subsets(warehouse, filled, tmp_path) -> None:
+    def ids(selection: sql.Selection) -> set[str]:
+        table = warehouse.query_arrow(sql.selection_sql(selection, filled))
+        return set(table.column("episode_id").to_pylist())
+
+    half = ids(sql.Selection(sample=0.5, seed=1))
+    assert 400 < len(half) < 600 and half == ids(sql.Selection(sample=0.5, seed=1))
+    assert half != ids(sql.Selection(sample=0.5, seed=2))
+    weighted = warehouse.query_arrow(
+        sql.selection_sql(sql.Selection(sample=0.5, task_weights={"pick": 2.0, "fold": 0.0}, seed=1), filled)
+    )
+    tasks = weighted.column("task").to_pylist()
+    assert tasks.count("pick") == N // 4 and "fold" not in tasks
+    weights = dict(zip(tasks, weighted.column("weight").to_pylist(), strict=True))
+    assert weights["pick"] == 2.0 and weights["place"] == 1.0
+
+
+def test_layout_is_one_batch_per_rank_and_the_hash_covers_the_data(built) -> None:
+    path, result = built
+    source, reader, info = manifest.open_file(path)
+    sizes = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+    assert len(sizes) == 4 and max(sizes) - min(sizes) <= 1 and sum(sizes) == result.rows
+    assert info.batch_rows == sizes
+    source.close()
+    assert manifest.verify(path).content_sha256 == result.content_sha256
+
+
+def test_uncompressed_arrow_readable_by_stock_pyarrow(built) -> None:
+    path, result = built
+    import pyarrow.feather as feather
+
+    table = feather.read_table(path, memory_map=True)
+    assert table.num_rows == result.rows and set(table.column_names) >= {
+        "episode_id",
+        "storage_uri",
+        "weight",
+    }
+
+
+def test_unverified_or_changed_manifests_are_refused(built) -> None:
+    path, _ = built
+    with pytest.raises(ManifestError, match="has not been verified"):
+        load.open_rank(path, 0, 4)
+    fetch.mark_verified(path)
+    load.open_rank(path, 0, 4).close()
+    path.touch()  # any change after verification (even mtime) needs a new verification
+    with pytest.raises(ManifestError, match="changed after it was verified"):
+        load.open_rank(path, 0, 4)
+
+
+def test_rank_slices_are_zero_copy_and_cover_every_row_once(built) -> None:
+    path, result = built
+    fetch.mark_verified(path)
+    seen, sizes = [], []
+    for rank in range(4):
+        before = pa.total_allocated_bytes()
+        with load.open_rank(path, rank, 4) as part:
+            durations = part.column("duration_s")
+            ids = part.column("episode_id")
+            assert isinstance(durations, np.ndarray) and not durations.flags.owndata
+            assert pa.total_allocated_bytes() == before  # nothing was copied onto the heap
+            assert part.aligned
+            seen.extend(ids.to_pylist())
+            sizes.append(part.rows)
+    assert len(seen) == len(set(seen)) == result.rows
+    assert max(sizes) - min(sizes) <= 1
+
+
+def test_epoch_reshuffles_partition_all_rows_across_ranks(built) -> None:
+    path, result = built
+    fetch.mark_verified(path)
+    for epoch in (0, 1):
+        rows = []
+        for rank in range(4):
+            with load.open_rank(path, rank, 4) as part:
+                mine = part.epoch_rows(epoch, seed=3)
+                assert len(mine) == part.rows
+                rows.extend(mine.tolist())
+                picked = part.take(mine[:5])
+                assert picked.num_rows == 5
+        assert sorted(rows) == list(range(result.rows))
+
+
+def test_another_world_size_still_loads_but_warns(built) -> None:
+    path, result = built
+    fetch.mark_verified(path)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with load.open_rank(path, 1, 3) as part:
+            assert part.rows in (result.rows // 3, result.rows // 3 + 1)
+            assert part.column("bytes").shape == (part.rows,)
+    assert any("laid out for 4 ranks" in str(w.message) for w in caught)
+
+
+def test_fetch_over_http_then_reuse(built, tmp_path) -> None:
+    path, result = built
+    dest = tmp_path / "node" / "m.arrow"
+    with RangeServer(path.parent) as server:
+        first = fetch.fetch(server.url(path), dest, parallel=3, part_bytes=4096)
+        assert first.downloaded and first.parts > 3 and first.content_sha256 == result.content_sha256
+        second = fetch.fetch(server.url(path), dest, parallel=3, part_bytes=4096)
+        assert not second.downloaded
+    assert dest.read_bytes() == path.read_bytes()
+    with load.open_rank(dest, 2, 4) as part:
+        assert part.rows > 0
+
+
+def test_a_damaged_source_is_never_published(built, tmp_path) -> None:
+    path, _ = built
+    data = bytearray(path.read_bytes())
+    middle = len(data) // 2
+    data[middle : middle + 16] = bytes(b ^ 0xFF for b in data[middle : middle + 16])
+    bad = tmp_path / "bad.arrow"
+    bad.write_bytes(bytes(data))
+    dest = tmp_path / "node" / "m.arrow"
+    with pytest.raises(ManifestError, match=r"in 2 attempts: .*content hash"):
+        fetch.fetch(str(bad), dest, attempts=2)
+    assert not dest.exists() and not dest.with_name("m.arrow.part").exists()
+
+
+def test_a_damaged_download_is_fetched_again(built, tmp_path, monkeypatch) -> None:
+    path, result = built
+    calls = {"n": 0}
+    real = fetch.open_source
+
+    def flaky(location):
+        source = real(location)
+        original = source._read
+
+        def read(offset: int, length: int) -> bytes:
+            data = original(offset, length)
+            calls["n"] += 1
+            if calls["n"] == 3:  # one damaged part in the first download
+                return bytes(b ^ 0x55 for b in data)
+            return data
+
+        source._read = read
+        return source
+
+    monkeypatch.setattr(fetch, "open_source", flaky)
+    dest = tmp_path / "node" / "m.arrow"
+    out = fetch.fetch(str(path), dest, attempts=3, part_bytes=8192, parallel=1)
+    assert out.attempts == 2 and out.content_sha256 == result.content_sha256
+    assert dest.read_bytes() == path.read_bytes()
+
+
+def test_a_leftover_partial_download_is_replaced(built, tmp_path) -> None:
+    path, _ = built
+    dest = tmp_path / "node" / "m.arrow"
+    dest.parent.mkdir(parents=True)
+    dest.with_name("m.arrow.part").write_bytes(b"ARROW1 truncated by a killed fetch")
+    assert fetch.fetch(str(path), dest).downloaded
+    assert dest.read_bytes() == path.read_bytes()
+
+
+def test_not_a_manifest_is_named(tmp_path) -> None:
+    plain = tmp_path / "plain.arrow"
+    with pa.OSFile(str(plain), "wb") as sink, pa.ipc.new_file(sink, pa.schema([("a", pa.int64())])) as w:
+        w.write_table(pa.table({"a": [1, 2]}))
+    with pytest.raises(ManifestError, match="not a megahour manifest"):
+        manifest.open_file(plain)
+    (tmp_path / "junk.arrow").write_bytes(b"hello")
+    with pytest.raises(ManifestError, match="not a complete Arrow IPC file"):
+        manifest.open_file(tmp_path / "junk.arrow")
+
+
+def test_cli_builds_fetches_and_slices(warehouse, filled, tmp_path, capsys) -> None:
+    url = warehouse.url
+    records = tmp_path / "more.jsonl"
+    records.write_text(
+        "\n".join(json.dumps(dict(r.as_row(), start_time=r.start_time.isoformat())) for r in make_records(3))
+    )
+    assert (
+        cli.main(["warehouse", "upsert", str(records), "--warehouse", url, "--database", filled, "--json"])
+        == 0
+    )
+    assert json.loads(capsys.readouterr().out)["upserted"] == 3
+    assert cli.main(["warehouse", "count", "--warehouse", url, "--database", filled, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["episodes"] == N
+    out = tmp_path / "m.arrow"
+    rc = cli.main(
+        [
+            "manifest",
+            "build",
+            str(out),
+            "--world-size",
+            "2",
+            "--where",
+            "task = 'pick'",
+            "--sample",
+            "0.8",
+            "--warehouse",
+            url,
+            "--database",
+            filled,
+            "--json",
+        ]
+    )
+    assert rc == 0
+    built_info = json.loads(capsys.readouterr().out)
+    assert 0 < built_info["rows"] <= N // 4
+    dest = tmp_path / "node" / "m.arrow"
+    assert cli.main(["manifest", "fetch", str(out), str(dest), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["content_sha256"] == built_info["content_sha256"]
+    assert cli.main(["manifest", "slice", str(dest), "--rank", "1", "--world-size", "2", "--json"]) == 0
+    sliced = json.loads(capsys.readouterr().out)
+    assert sliced["zero_copy"] and sliced["stop"] == built_info["rows"]
+    assert (
+        cli.main(
+            [
+                "manifest",
+                "build",
+                str(tmp_path / "x.arrow"),
+                "--world-size",
+                "2",
+                "--where",
+                "nope = 1",
+                "--warehouse",
+                url,
+                "--database",
+                filled,
+            ]
+        )
+        == 1
+    )
+    assert "nope" in capsys.readouterr().err
