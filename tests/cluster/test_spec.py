@@ -44,6 +44,7 @@ def test_inventory_groups_and_gpu_vars():
     inv = yaml.safe_load(ClusterSpec(compute_nodes=3, gpus_per_node=4, gpu_model="h200").inventory_yaml())
     cluster = inv["all"]["children"]["cluster"]
     assert list(cluster["children"]["controller"]["hosts"]) == ["ctl"]
+    assert list(inv["all"]["children"]["warehouse"]["hosts"]) == ["ctl"]
     assert list(cluster["children"]["compute"]["hosts"]) == ["gpu-1", "gpu-2", "gpu-3"]
     assert cluster["children"]["compute"]["vars"]["megahour_gpu"] == {"model": "h200", "count": 4}
     assert cluster["vars"]["ansible_connection"] == "containers.podman.podman"

@@ -115,7 +115,8 @@ def test_ddl_gates_low_cardinality_on_the_server_version() -> None:
     assert "LowCardinality" not in old and "task String" in old
     assert "task LowCardinality(String)" in new
     for ddl in (old, new):
-        assert "ENGINE = ReplacingMergeTree(ingest_version)" in ddl and "ORDER BY episode_id" in ddl
+        assert "ENGINE = ReplacingMergeTree(ingest_version)" in ddl
+        assert "ORDER BY (embodiment, episode_id)" in ddl
 
 
 def test_schema_drift_names_missing_unexpected_and_retyped_columns() -> None:

@@ -86,3 +86,16 @@ def test_the_same_sql_runs_on_the_18_16_dialect_subset(warehouse, database) -> N
     assert store.count(warehouse, database, "old_episodes") == 5
     table = warehouse.query_arrow(sql.selection_sql(sql.Selection(sample=0.9), database, "old_episodes"))
     assert table.schema.field("task").type == "string"
+
+
+def test_synthetic_table_has_the_declared_cardinalities_and_repeats(warehouse, database) -> None:
+    from megahour.curation import synthetic
+
+    warehouse.execute(synthetic.insert_sql(20_000, seed=1, database=database))
+    warehouse.execute(synthetic.insert_sql(20_000, seed=1, database=database))  # same ids again
+    assert store.count(warehouse, database) == 20_000
+    (row,) = warehouse.query_json(
+        "SELECT uniqExact(embodiment), uniqExact(site), uniqExact(task) <= 500, min(duration_s) >= 30, "
+        f"max(duration_s) <= 600, uniqExact(episode_id) FROM {database}.episodes FINAL"
+    )["data"]
+    assert [int(v) for v in row] == [synthetic.EMBODIMENTS, synthetic.SITES, 1, 1, 1, 20_000]

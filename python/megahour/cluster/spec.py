@@ -120,7 +120,9 @@ class ClusterSpec:
                             "ansible_connection": "containers.podman.podman",
                             "megahour_cluster_name": self.name,
                         },
-                    }
+                    },
+                    # The ClickHouse warehouse (roles/warehouse) runs on the controller container.
+                    "warehouse": {"hosts": dict(controller)},
                 }
             }
         }

@@ -51,8 +51,9 @@ def upsert(
 ) -> int:
     """Write ``records``; writing the same episode again never adds a row to what FINAL reads.
 
-    Idempotent by construction: the table is a ReplacingMergeTree keyed by episode_id, so a retried
-    batch (or a whole retried ingestion run) replaces rows instead of adding them. Returns rows sent.
+    Idempotent by construction: the table is a ReplacingMergeTree keyed by (embodiment, episode_id), so
+    a retried batch (or a whole retried ingestion run) replaces rows instead of adding them. Returns
+    rows sent.
     """
     sent = 0
     batch: list[schema.EpisodeRecord] = []

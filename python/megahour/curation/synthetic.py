@@ -26,14 +26,21 @@ def insert_sql(
     """INSERT ... SELECT generating ``rows`` episodes numbered from ``offset``."""
     schema.check_identifier(database, "database")
     schema.check_identifier(table, "table")
+    columns = ", ".join(schema.COLUMN_NAMES)
+    return f"INSERT INTO {database}.{table} ({columns})\n" + select_sql(rows, seed, offset)
+
+
+def select_sql(rows: int, seed: int = 0, offset: int = 0) -> str:
+    """The generating SELECT alone (episodes ``offset`` .. ``offset + rows``), e.g. to copy elsewhere."""
+    if rows < 0 or offset < 0:
+        raise ValueError("rows and offset must be >= 0")
 
     def h(k: int) -> str:
         return f"cityHash64(n, {seed * 100 + k})"
 
     robot = f"({h(1)} % {ROBOTS})"
     duration = f"(30 + {h(2)} % 5700 / 10.0)"
-    return f"""INSERT INTO {database}.{table} ({", ".join(schema.COLUMN_NAMES)})
-SELECT
+    return f"""SELECT
     concat('ep-', toString(n), '-', lower(hex({h(0)} % 65536))) AS episode_id,
     concat('robot-', toString({robot})) AS robot,
     concat('emb-', toString({robot} % {EMBODIMENTS})) AS embodiment,
