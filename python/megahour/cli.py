@@ -543,6 +543,10 @@ def _cmd_manifest_slice(args: argparse.Namespace, console: Console) -> int:
         }
         if args.epoch is not None:
             result["epoch_rows_head"] = part.epoch_rows(args.epoch, args.seed)[:8].tolist()
+    if args.json:
+        # One line: several ranks' reports arrive interleaved by line through srun.
+        print(json.dumps(result))
+        return 0
     _emit(
         args,
         console,

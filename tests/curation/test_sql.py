@@ -167,3 +167,20 @@ def test_versions_parse() -> None:
     assert schema.parse_version("25.8.2.29") == (25, 8, 2, 29)
     with pytest.raises(ValueError):
         schema.parse_version("unknown")
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "refused"),
+    [
+        # 18.16's answers, as the warehouse molecule scenario saw them.
+        (401, "Code: 193, e.displayText() = DB::Exception: Wrong password for user megahour", True),
+        (500, "Code: 195, e.displayText() = DB::Exception: User default is not allowed to connect", True),
+        (516, "Code: 516. DB::Exception: megahour: Authentication failed", True),
+        (500, "Code: 47, e.displayText() = DB::Exception: Missing columns: 'nope'", False),
+        (404, "Code: 60, e.displayText() = DB::Exception: Table megahour.x doesn't exist.", False),
+    ],
+)
+def test_account_refusals_are_told_apart_from_query_errors(status: int, message: str, refused: bool) -> None:
+    from megahour.curation.warehouse import is_auth_refusal
+
+    assert is_auth_refusal(status, message) is refused

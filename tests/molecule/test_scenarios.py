@@ -1,9 +1,13 @@
-"""The molecule scenarios: site.yml on three systemd containers each.
+"""The molecule scenarios, on systemd containers.
 
-- cluster: create -> converge -> idempotence (0 changed) -> check -> verify, where
-  verify asserts sinfo, srun, sbatch + sacct, GRES and the live resilience settings.
-- faults: create -> converge -> verify, where verify injects faults (cases a-g of
-  docs/resilience.md) and asserts Slurm state, traces, the sweeper and Alertmanager.
+- cluster: site.yml on three containers; create -> converge -> idempotence (0 changed) -> check
+  -> verify, where verify asserts sinfo, srun, sbatch + sacct, GRES and the live resilience settings.
+- faults: site.yml on three containers; create -> converge -> verify, where verify injects faults
+  (cases a-g of docs/resilience.md) and asserts Slurm state, traces, the sweeper and Alertmanager.
+- warehouse: common + warehouse on a server and a client container; create -> converge ->
+  idempotence -> check -> verify, where verify queries ClickHouse 18.16 from the client with the
+  rendered credentials (version, create/insert/count, the SQL curation relies on, a refused wrong
+  password), checks the listen addresses, the data directory, and that no password is printed.
 Output is streamed so a long run shows progress; logs are kept under .cache/.
 """
 
@@ -16,7 +20,11 @@ import pytest
 from tests.conftest import BIN, REPO, tool
 
 pytestmark = pytest.mark.molecule
-STAGES = {"cluster": ("converge", "idempotence", "check", "verify"), "faults": ("converge", "verify")}
+STAGES = {
+    "cluster": ("converge", "idempotence", "check", "verify"),
+    "faults": ("converge", "verify"),
+    "warehouse": ("converge", "idempotence", "check", "verify"),
+}
 # Molecule's stage lines: "[cluster > converge] Executing" without a terminal,
 # "cluster ➜ converge: Executing" with one.
 STAGE = re.compile(r"(\[\w+ > |\w+ ➜ )\w+")

@@ -16,6 +16,7 @@ import base64
 import io
 import json
 import os
+import re
 import threading
 import urllib.error
 import urllib.parse
@@ -30,6 +31,9 @@ from megahour.curation.errors import QueryError, WarehouseError
 from megahour.curation.schema import parse_version
 
 CONFIG_PATH = Path("/etc/megahour/warehouse.yml")
+# Refusals of the account, not of the query: unknown user (192), wrong password (193), not allowed from
+# this address (195; 18.16 answers it with HTTP 500), authentication failed (516, current releases).
+_AUTH_ERROR = re.compile(r"Code: (192|193|195|516)\b|Authentication failed|password is incorrect")
 DEFAULT_EMBEDDED_PATH = Path("~/.local/share/megahour/warehouse")
 
 
@@ -45,6 +49,11 @@ class Warehouse(Protocol):
     def query_arrow(self, sql: str) -> pa.Table: ...
 
     def close(self) -> None: ...
+
+
+def is_auth_refusal(status: int, message: str) -> bool:
+    """Whether an HTTP error refuses the account (fix the credentials) rather than the query."""
+    return status in (401, 403) or bool(_AUTH_ERROR.search(message))
 
 
 # --- type mapping ---------------------------------------------------------------------------------
@@ -180,11 +189,7 @@ class ServerWarehouse:
                 return response.read()
         except urllib.error.HTTPError as exc:
             message = exc.read().decode(errors="replace")
-            if (
-                exc.code in (401, 403)
-                or "Authentication failed" in message
-                or "password is incorrect" in message
-            ):
+            if is_auth_refusal(exc.code, message):
                 raise WarehouseError(
                     f"{self.url} refused user {self.user!r}: {message.strip()[:300]} (check the password "
                     "file the warehouse role wrote, /etc/megahour/warehouse.yml)"
