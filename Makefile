@@ -59,7 +59,7 @@ unit: venv ## Unit and property tests (no containers)
 integration: venv ## Tests that run ansible-playbook/ansible-inventory locally
 	pytest -m integration
 
-molecule: prereqs ## The molecule `cluster` scenario alone
+molecule: prereqs ## The molecule scenarios (cluster, faults, warehouse); one with: pytest -m molecule -k NAME
 	pytest -m molecule
 
 test: prereqs lint ## Everything: lint, unit, integration and molecule; ends with pytest's summary

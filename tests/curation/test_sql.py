@@ -184,3 +184,22 @@ def test_account_refusals_are_told_apart_from_query_errors(status: int, message:
     from megahour.curation.warehouse import is_auth_refusal
 
     assert is_auth_refusal(status, message) is refused
+
+
+def test_rows_are_ordered_by_key_then_id_even_on_ties() -> None:
+    import pyarrow as pa
+
+    from megahour.curation import manifest
+
+    table = pa.table(
+        {
+            "episode_id": ["c", "a", "b", "d"],
+            sql.ORDER_KEY: pa.array([5, 9, 5, 1], pa.uint64()),
+            "v": [1, 2, 3, 4],
+        }
+    )
+    out = manifest.order_rows(table, sql.ORDER_KEY)
+    assert out.column_names == ["episode_id", "v"]
+    assert out.column("episode_id").to_pylist() == ["d", "b", "c", "a"]
+    no_ties = table.set_column(1, sql.ORDER_KEY, pa.array([3, 2, 1, 0], pa.uint64()))
+    assert manifest.order_rows(no_ties, sql.ORDER_KEY).column("v").to_pylist() == [4, 3, 2, 1]

@@ -21,6 +21,7 @@ import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -60,11 +61,15 @@ def order_rows(table: pa.Table, key: str | None) -> pa.Table:
     """
     if key is None or key not in table.column_names:
         return table.combine_chunks()
-    keys = [(key, "ascending")]
-    if "episode_id" in table.column_names:
-        keys.append(("episode_id", "ascending"))
-    order = pc.sort_indices(table.select([k for k, _ in keys]), sort_keys=keys)
-    return table.drop_columns([key]).take(order).combine_chunks()
+    values = table.column(key).to_numpy()
+    # numpy's argsort on the UInt64 key is several times faster than Arrow's sort_indices here; ties
+    # (64-bit hash collisions, practically never) fall back to the exact two-key sort.
+    order = np.argsort(values, kind="stable")
+    ordered = values[order]
+    if "episode_id" in table.column_names and bool(np.any(ordered[1:] == ordered[:-1])):
+        keys = [(key, "ascending"), ("episode_id", "ascending")]
+        order = pc.sort_indices(table.select([key, "episode_id"]), sort_keys=keys).to_numpy()
+    return table.drop_columns([key]).take(pa.array(order)).combine_chunks()
 
 
 def batches_for(table: pa.Table, world_size: int) -> list[pa.RecordBatch]:
