@@ -22,7 +22,6 @@ import argparse
 import json
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,6 +34,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from benchlib import git_commit
 from episode_baselines import HFlowLayout, LeRobotLayout
 from megahour.episodes import mcapio, quality, sim
 from megahour.episodes.bench import decode_all_frames, percentile, valid_times
@@ -253,20 +253,6 @@ def groups_touched(spec: SampleSpec) -> int:
     from megahour.episodes.layout import DEFAULT_GROUPS
 
     return len({g.name for g in DEFAULT_GROUPS for t in spec.topics() if g.matches(t)})
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def main() -> int:

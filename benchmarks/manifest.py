@@ -30,7 +30,6 @@ import multiprocessing as mp
 import os
 import platform
 import sqlite3
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,6 +40,9 @@ import pyarrow.compute as pc
 from rich.console import Console
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import git_commit
 from megahour.curation import build, fetch, load, manifest, slicing, sql, store, synthetic
 from megahour.curation.warehouse import EmbeddedWarehouse, open_warehouse
 
@@ -77,20 +79,6 @@ def keep_row(row: tuple) -> bool:
         and start_time >= "2023-06-01 00:00:00"
         and 60 <= duration_s <= 400
     )
-
-
-def git_commit() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"],
-            capture_output=True,
-            text=True,
-            check=True,
-            cwd=Path(__file__).resolve().parent,
-        )
-        return out.stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def generate(warehouse, rows: int, label: str) -> float:
