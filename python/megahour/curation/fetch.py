@@ -160,6 +160,19 @@ def fetch(
     dest.parent.mkdir(parents=True, exist_ok=True)
     began = time.perf_counter()
     lock_path = dest.with_name(dest.name + ".lock")
+
+    def result(info: manifest.ManifestInfo, **how) -> FetchResult:
+        seconds = time.perf_counter() - began
+        return FetchResult(
+            source_url,
+            str(dest),
+            dest.stat().st_size,
+            seconds,
+            rows=info.rows,
+            content_sha256=info.content_sha256,
+            **how,
+        )
+
     with open(lock_path, "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one downloader per node; the others wait, then reuse
         try:
@@ -174,17 +187,7 @@ def fetch(
                     mapped.close()
                     check_stamp(dest, local)
                     if local.content_sha256 == wanted.content_sha256:
-                        return FetchResult(
-                            source_url,
-                            str(dest),
-                            dest.stat().st_size,
-                            time.perf_counter() - began,
-                            0,
-                            False,
-                            0,
-                            local.rows,
-                            local.content_sha256,
-                        )
+                        return result(local, parts=0, downloaded=False, attempts=0)
                 except ManifestError:
                     pass  # damaged, unverified or another manifest: download it again
             part = dest.with_name(dest.name + ".part")
@@ -202,17 +205,7 @@ def fetch(
                 stamp_path(dest).unlink(missing_ok=True)  # never a stamp that describes another file
                 os.replace(part, dest)
                 write_stamp(dest, info, source_url)
-                return FetchResult(
-                    source_url,
-                    str(dest),
-                    dest.stat().st_size,
-                    time.perf_counter() - began,
-                    parts,
-                    True,
-                    attempt,
-                    info.rows,
-                    info.content_sha256,
-                )
+                return result(info, parts=parts, downloaded=True, attempts=attempt)
             raise ManifestError(
                 f"could not fetch a verified copy of {source_url} in {attempts} attempts: {last_error}"
             )
