@@ -25,6 +25,7 @@ EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
         "prometheus",
         "prometheus-alertmanager",
         "prometheus-node-exporter",
+        "clickhouse-server",  # the warehouse role runs on the controller container
     ),
     "compute": ("munge", "slurmd", "prometheus-node-exporter"),
 }
