@@ -404,7 +404,14 @@ def _cmd_warehouse_upsert(args: argparse.Namespace, console: Console) -> int:
     with open(args.records) as handle:
         for lineno, line in enumerate(handle, 1):
             if line.strip():
-                records.append(schema.record_from_dict(json.loads(line), f"{args.records}:{lineno}"))
+                where = f"{args.records}:{lineno}"
+                try:
+                    data = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(
+                        f"{where}: not JSON ({exc.msg}); write one JSON object per line"
+                    ) from None
+                records.append(schema.record_from_dict(data, where))
     wh = _warehouse(args)
     store.check(wh, args.database, args.table)
     bar, update = _progress(console, "upsert")
@@ -446,6 +453,20 @@ def _cmd_manifest_build(args: argparse.Namespace, console: Console) -> int:
     from megahour.curation import build, fetch, sql
 
     if args.query:
+        chosen = [
+            flag
+            for flag, on in (
+                ("--where", args.where),
+                ("--sample", args.sample != 1.0),
+                ("--task-weight", args.task_weight),
+                ("--seed", args.seed != 0),
+            )
+            if on
+        ]
+        if chosen:
+            raise ValueError(
+                f"--query is a whole SELECT; {', '.join(chosen)} would be ignored: put them in it"
+            )
         query, selection = Path(args.query).read_text(), None
     else:
         query = None
@@ -783,7 +804,7 @@ def main(argv: list[str] | None = None) -> int:
     except errors as exc:
         # Errors go to stderr whatever the output mode, so `--json` stdout stays parseable and scripts
         # that capture stdout still show the reason.
-        Console(stderr=True).print(f"[red]error:[/] {exc}", highlight=False)
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/] {exc}", highlight=False)
         return 1
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from megahour import cli
 from megahour.curation import build, fetch, load, manifest, sql, store
-from megahour.curation.errors import ManifestError
+from megahour.curation.errors import EmptySelectionError, ManifestError
 from megahour.episodes.httpserve import RangeServer
 from tests.curation.conftest import make_records
 
@@ -287,3 +287,86 @@ def test_cli_builds_fetches_and_slices(warehouse, filled, tmp_path, capsys) -> N
         == 1
     )
     assert "nope" in capsys.readouterr().err
+
+
+def test_manifest_and_stamp_are_readable_by_other_users(built) -> None:
+    path, _ = built
+    fetch.mark_verified(path)
+    assert path.stat().st_mode & 0o777 == 0o644
+    assert fetch.stamp_path(path).stat().st_mode & 0o777 == 0o644
+
+
+def test_the_hash_covers_the_schema_as_well_as_the_rows(built) -> None:
+    path, result = built
+    source, reader, _ = manifest.open_file(path)
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    renamed = reader.schema.remove_metadata().set(0, pa.field("id", pa.string(), nullable=False))
+    assert manifest.content_hash(reader.schema, batches) == result.content_sha256
+    assert manifest.content_hash(renamed, batches) != result.content_sha256
+    source.close()
+
+
+def test_a_damaged_batch_header_is_a_manifest_error_and_the_fetch_cleans_up(built, tmp_path) -> None:
+    path, _ = built
+    data = bytearray(path.read_bytes())
+    source, reader, _ = manifest.open_file(path)
+    first_rows = reader.get_batch(0).num_rows
+    source.close()
+    # The first batch's message starts right after the schema message: zero its header.
+    (length,) = __import__("struct").unpack_from("<i", data, 12)
+    start = 8 + 8 + length
+    data[start : start + 8] = bytes(8)
+    bad = tmp_path / "header.arrow"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(ManifestError, match=r"does not parse|rows in|content hash"):
+        manifest.verify(bad)
+    dest = tmp_path / "node" / "m.arrow"
+    with pytest.raises(ManifestError, match="in 2 attempts"):
+        fetch.fetch(str(bad), dest, attempts=2)
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["m.arrow.lock"]
+    assert first_rows > 0
+
+
+def test_more_ranks_than_rows_is_refused(warehouse, filled, tmp_path) -> None:
+    with pytest.raises(EmptySelectionError, match="some ranks would get none"):
+        build.build_manifest(
+            warehouse,
+            tmp_path / "m.arrow",
+            world_size=5,
+            selection=sql.Selection(where="episode_id IN ('ep-00001', 'ep-00002')"),
+            database=filled,
+        )
+    assert not (tmp_path / "m.arrow").exists()
+
+
+def test_query_files_are_used_as_written_and_ordered_by_id(warehouse, filled, tmp_path, capsys) -> None:
+    query = tmp_path / "q.sql"
+    query.write_text(
+        "SELECT episode_id, toString(task) AS task, bytes\n"
+        f"FROM {filled}.episodes FINAL WHERE task = 'wipe';\n"
+    )
+    out = tmp_path / "q.arrow"
+    url = warehouse.url
+    args = ["manifest", "build", str(out), "--world-size", "3", "--query", str(query), "--warehouse", url]
+    assert cli.main([*args, "--database", filled, "--json"]) == 0
+    built_info = json.loads(capsys.readouterr().out)
+    assert built_info["rows"] == N // 4
+    source, reader, info = manifest.open_file(out)
+    ids = reader.read_all().column("episode_id").to_pylist()
+    source.close()
+    assert ids == sorted(ids) and info.query.endswith("task = 'wipe'")
+    again = build.build_manifest(warehouse, tmp_path / "again.arrow", world_size=3, query=query.read_text())
+    assert again.content_sha256 == built_info["content_sha256"]
+    assert cli.main([*args, "--where", "duration_s > 1"]) == 1
+    assert "--where would be ignored" in capsys.readouterr().err
+    no_id = tmp_path / "noid.sql"
+    no_id.write_text(f"SELECT bytes FROM {filled}.episodes FINAL")
+    with pytest.raises(ManifestError, match="must return an episode_id column"):
+        build.build_manifest(warehouse, tmp_path / "x.arrow", world_size=1, query=no_id.read_text())
+
+
+def test_upsert_names_the_line_that_is_not_json(warehouse, filled, tmp_path, capsys) -> None:
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"episode_id": "x"\n')
+    rc = cli.main(["warehouse", "upsert", str(bad), "--warehouse", warehouse.url, "--database", filled])
+    assert rc == 1 and "bad.jsonl:1: not JSON" in capsys.readouterr().err

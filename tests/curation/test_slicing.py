@@ -1,4 +1,4 @@
-"""Per-rank bounds, record-batch layout and the seeded epoch permutation (pure, property-tested)."""
+"""Per-rank bounds and the seeded epoch permutation (pure, property-tested)."""
 
 from __future__ import annotations
 
@@ -20,16 +20,6 @@ def test_rank_bounds_tile_the_rows_with_sizes_within_one(rows: int, world: int) 
     sizes = [stop - start for start, stop in bounds]
     assert max(sizes) - min(sizes) <= 1
     assert sizes == sorted(sizes, reverse=True)  # deterministic: the longer slices come first
-
-
-@given(st.integers(0, 5_000), st.integers(1, 32), st.integers(1, 2_000))
-def test_batch_lengths_never_straddle_a_rank(rows: int, world: int, max_batch: int) -> None:
-    lengths = slicing.batch_lengths(rows, world, max_batch)
-    assert sum(lengths) == rows and all(0 < n <= max_batch for n in lengths)
-    edges = set(np.cumsum([0, *lengths]).tolist())
-    for rank in range(world):
-        start, stop = slicing.rank_bounds(rows, world, rank)
-        assert start in edges and stop in edges
 
 
 @pytest.mark.parametrize(("rows", "world", "rank"), [(10, 0, 0), (10, 2, 2), (10, 2, -1), (-1, 1, 0)])

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megahour.curation import manifest, schema, sql, store
-from megahour.curation.warehouse import Warehouse
+from megahour.curation.warehouse import Warehouse, strip_statement
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,13 @@ def build_manifest(
     if (selection is None) == (query is None):
         raise ValueError("give either a selection (--where/--sample/--task-weight) or --query, not both")
     began = time.perf_counter()
+    schema.check_identifier(database, "database")
+    schema.check_identifier(table, "table")
     if query is None:
         store.check(warehouse, database, table)  # schema drift names the columns before the query runs
         query = sql.selection_sql(selection, database, table)
+    else:
+        query = strip_statement(query)
     version = ".".join(map(str, warehouse.version()))
     snapshot = _snapshot(warehouse, database, table)
     result = warehouse.query_arrow(query)

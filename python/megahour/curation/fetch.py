@@ -64,6 +64,7 @@ def write_stamp(path: Path, info: manifest.ManifestInfo, source: str) -> None:
     }
     target = stamp_path(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=path.parent)
+    os.fchmod(fd, 0o644)  # ranks may run as another user than the fetch (a root prolog)
     with os.fdopen(fd, "w") as handle:
         json.dump(record, handle)
     os.replace(tmp, target)
@@ -81,6 +82,11 @@ def check_stamp(path: Path, info: manifest.ManifestInfo) -> None:
         ) from None
     except ValueError:
         raise ManifestError(f"{target} does not parse; run `megahour manifest verify {path}`") from None
+    except PermissionError:
+        raise ManifestError(
+            f"{target} is not readable by this user; re-run `megahour manifest fetch` (it writes 0644) or "
+            "fix its owner and mode"
+        ) from None
     st = path.stat()
     if (record.get("size"), record.get("mtime_ns"), record.get("inode")) != (
         st.st_size,
@@ -110,7 +116,10 @@ def remote_info(source: RangeSource) -> manifest.ManifestInfo:
     if marker != 0xFFFFFFFF or length <= 0 or 16 + length > source.size:
         raise ManifestError(f"{source.name}: the schema message header is damaged")
     message = source.read_range(8, 8 + length)
-    schema = ipc.read_schema(pa.py_buffer(message))
+    try:
+        schema = ipc.read_schema(pa.py_buffer(message))
+    except pa.ArrowException as exc:
+        raise ManifestError(f"{source.name}: the schema message does not parse ({exc}); rebuild it") from None
     return manifest.read_info(_SchemaOnly(schema), source.name)
 
 
@@ -173,7 +182,9 @@ def fetch(
             **how,
         )
 
-    with open(lock_path, "w") as lock:
+    # Created world-writable (as the umask allows) so that callers running as other users can lock it.
+    lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+    with os.fdopen(lock_fd, "r+") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # one downloader per node; the others wait, then reuse
         try:
             source = open_source(source_url)
@@ -198,13 +209,18 @@ def fetch(
                     info = manifest.verify(part)
                     if info.content_sha256 != wanted.content_sha256:
                         raise ManifestError(f"{source_url} changed while it was downloading")
-                except (ManifestError, EpisodeError, OSError) as exc:
+                except Exception as exc:  # any transport or parse failure: the partial copy goes, retry
                     last_error = exc
                     part.unlink(missing_ok=True)
                     continue
+                except BaseException:  # interrupted: leave nothing half-written behind either
+                    part.unlink(missing_ok=True)
+                    raise
                 stamp_path(dest).unlink(missing_ok=True)  # never a stamp that describes another file
+                os.chmod(part, 0o644)
                 os.replace(part, dest)
                 write_stamp(dest, info, source_url)
+                manifest.fsync_dir(dest.parent)
                 return result(info, parts=parts, downloaded=True, attempts=attempt)
             raise ManifestError(
                 f"could not fetch a verified copy of {source_url} in {attempts} attempts: {last_error}"

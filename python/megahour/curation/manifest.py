@@ -18,6 +18,7 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -60,7 +61,15 @@ def order_rows(table: pa.Table, key: str | None) -> pa.Table:
     ``take`` lays the rows out contiguously, which the writer needs anyway.
     """
     if key is None or key not in table.column_names:
-        return table.combine_chunks()
+        # A --query result: its order must still be the same on every build, or the content hash and
+        # the rank slices would change from run to run.
+        if "episode_id" not in table.column_names:
+            raise ManifestError(
+                "a manifest query must return an episode_id column (or the seeded sort key "
+                f"{key}), so that its rows have a fixed order; add it to the SELECT"
+            )
+        order = pc.sort_indices(table, sort_keys=[("episode_id", "ascending")])
+        return table.take(order).combine_chunks()
     values = table.column(key).to_numpy()
     # numpy's argsort on the UInt64 key is several times faster than Arrow's sort_indices here; ties
     # (64-bit hash collisions, practically never) fall back to the exact two-key sort.
@@ -88,12 +97,22 @@ def batches_for(table: pa.Table, world_size: int) -> list[pa.RecordBatch]:
     return out
 
 
-def content_hash(batches: list[pa.RecordBatch]) -> str:
-    """SHA-256 over the batches' IPC messages: what the file holds, independent of its metadata."""
-    digest = hashlib.sha256()
+def content_hash(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> str:
+    """SHA-256 over the schema (names and types, without the manifest metadata) and every batch's IPC
+    message: what the file holds, independent of the metadata that carries the hash itself."""
+    digest = hashlib.sha256(schema.remove_metadata().serialize())
     for batch in batches:
-        digest.update(batch.serialize())
+        digest.update(batch.serialize())  # one batch at a time: the copy is never the whole file
     return digest.hexdigest()
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` survive a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def write_manifest(
@@ -115,6 +134,11 @@ def write_manifest(
         )
     if world_size < 1:
         raise ValueError(f"world size must be at least 1, got {world_size}")
+    if world_size > table.num_rows:
+        raise EmptySelectionError(
+            f"the selection has {table.num_rows} rows for {world_size} ranks, so some ranks would get none; "
+            f"no manifest was written to {path}: select more episodes or use fewer ranks"
+        )
     batches = batches_for(table, world_size)
     info = ManifestInfo(
         format=FORMAT,
@@ -122,7 +146,7 @@ def write_manifest(
         world_size=world_size,
         batch_rows=[b.num_rows for b in batches],
         columns=list(table.schema.names),
-        content_sha256=content_hash(batches),
+        content_sha256=content_hash(table.schema, batches),
         query=query,
         warehouse=warehouse,
         warehouse_version=warehouse_version,
@@ -132,6 +156,7 @@ def write_manifest(
     schema = table.schema.with_metadata({METADATA_KEY: json.dumps(info.to_json()).encode()})
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, 0o644)  # readable by the job user and by whatever serves it (mkstemp makes 0600)
     os.close(fd)
     try:
         with (
@@ -143,6 +168,7 @@ def write_manifest(
         with open(tmp, "rb") as handle:
             os.fsync(handle.fileno())
         os.replace(tmp, path)
+        fsync_dir(path.parent)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
@@ -184,15 +210,26 @@ def open_file(path: str | Path) -> tuple[pa.MemoryMappedFile, ipc.RecordBatchFil
 def verify(path: str | Path) -> ManifestInfo:
     """Recompute the content hash and the row count; ManifestError when either differs from the metadata."""
     source, reader, info = open_file(path)
-    batches: list[pa.RecordBatch] = []
     try:
-        batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
-        rows = sum(b.num_rows for b in batches)
-        if rows != info.rows or [b.num_rows for b in batches] != info.batch_rows:
+        lengths: list[int] = []
+
+        def batches() -> Iterator[pa.RecordBatch]:
+            for i in range(reader.num_record_batches):
+                batch = reader.get_batch(i)
+                lengths.append(batch.num_rows)
+                yield batch
+
+        try:
+            actual = content_hash(reader.schema, batches())
+        except pa.ArrowException as exc:
             raise ManifestError(
-                f"{path}: holds {rows} rows in {len(batches)} batches, metadata says {info.rows}"
+                f"{path}: a record batch does not parse ({exc}); the file is damaged: fetch it again"
+            ) from None
+        if sum(lengths) != info.rows or lengths != info.batch_rows:
+            raise ManifestError(
+                f"{path}: holds {sum(lengths)} rows in {len(lengths)} batches, metadata says {info.rows}; "
+                "fetch it again"
             )
-        actual = content_hash(batches)
         if actual != info.content_sha256:
             raise ManifestError(
                 f"{path}: content hash {actual[:16]}... does not match the embedded "
@@ -201,5 +238,4 @@ def verify(path: str | Path) -> ManifestInfo:
             )
         return info
     finally:
-        batches.clear()  # drop the views before unmapping
         source.close()

@@ -1,4 +1,4 @@
-"""Pure per-rank math: equal slices, the record-batch layout that keeps them zero-copy, and epochs.
+"""Pure per-rank math: equal slices (one record batch each in a manifest) and seeded epoch orders.
 
 Every function here is deterministic in its arguments, so every rank computes the same answer without
 talking to the others.
@@ -22,25 +22,6 @@ def rank_bounds(rows: int, world: int, rank: int) -> tuple[int, int]:
     base, extra = divmod(rows, world)
     start = rank * base + min(rank, extra)
     return start, start + base + (1 if rank < extra else 0)
-
-
-def batch_lengths(rows: int, world: int, max_batch_rows: int) -> list[int]:
-    """Record-batch lengths such that every rank's slice (for this world size) is whole batches.
-
-    Each rank's rows are split into ceil(len / max_batch_rows) near-equal batches, so a slice never
-    crosses into another rank's batch, and no batch is longer than ``max_batch_rows``.
-    """
-    if max_batch_rows < 1:
-        raise ValueError(f"max_batch_rows must be at least 1, got {max_batch_rows}")
-    out: list[int] = []
-    for rank in range(world):
-        start, stop = rank_bounds(rows, world, rank)
-        n = stop - start
-        if n == 0:
-            continue
-        pieces = -(-n // max_batch_rows)
-        out.extend(rank_bounds(n, pieces, p)[1] - rank_bounds(n, pieces, p)[0] for p in range(pieces))
-    return out
 
 
 # --- seeded per-epoch permutation -------------------------------------------------------------------

@@ -91,6 +91,8 @@ def fetch_records(
     table: str = schema.DEFAULT_TABLE,
 ) -> list[dict]:
     """The current rows of the given episodes (for inspection and tests)."""
+    schema.check_identifier(database, "database")
+    schema.check_identifier(table, "table")
     if not episode_ids:
         return []
     wanted = ", ".join(map(sql.literal, episode_ids))

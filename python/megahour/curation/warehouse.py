@@ -99,7 +99,12 @@ def result_schema(meta: list[dict]) -> pa.Schema:
 
 def describe_sql(sql: str) -> str:
     """The query wrapped so that it returns no rows but its column names and types (JSON ``meta``)."""
-    return f"SELECT * FROM (\n{sql}\n) LIMIT 0"
+    return f"SELECT * FROM (\n{strip_statement(sql)}\n) LIMIT 0"
+
+
+def strip_statement(sql: str) -> str:
+    """A query without trailing semicolons and blanks, so that it can be wrapped or given a FORMAT."""
+    return sql.strip().rstrip(";").rstrip()
 
 
 # --- embedded (chDB) --------------------------------------------------------------------------------
@@ -175,10 +180,14 @@ class ServerWarehouse:
         self.timeout_s = timeout_s
 
     def _post(self, sql: str, fmt: str | None) -> bytes:
-        query = f"{sql}\nFORMAT {fmt}" if fmt else sql
-        params = {"database": self.database} if self.database else {}
+        query = f"{strip_statement(sql)}\nFORMAT {fmt}" if fmt else sql
+        # wait_end_of_query: the server buffers the result, so an error in the middle of a long result
+        # comes back as an HTTP error with its message, not as text appended to a 200 OK body.
+        params = {"wait_end_of_query": "1"}
+        if self.database:
+            params["database"] = self.database
         request = urllib.request.Request(
-            self.url + "/" + ("?" + urllib.parse.urlencode(params) if params else ""),
+            self.url + "/?" + urllib.parse.urlencode(params),
             data=query.encode(),
             method="POST",
         )
