@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
+
+from rich.console import Console
 
 
 def git_commit() -> str:
@@ -19,3 +22,12 @@ def git_commit() -> str:
         return out.stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def write_json(path: Path | None, results: dict, console: Console) -> None:
+    """Write every figure to ``path`` (``--json``), with stable, sorted keys."""
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(results, indent=2, sort_keys=True))
+    console.print(f"figures written to {path}")

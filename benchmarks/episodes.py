@@ -19,7 +19,6 @@ shows the size/decode trade-off. Ratios and targets print at the end; ``--json``
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import sys
@@ -34,7 +33,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import git_commit
+from benchlib import git_commit, write_json
 from episode_baselines import HFlowLayout, LeRobotLayout
 from megahour.episodes import mcapio, quality, sim
 from megahour.episodes.bench import decode_all_frames, percentile, valid_times
@@ -384,10 +383,7 @@ def main() -> int:
         "seconds": time.perf_counter() - began,
     }
     print_tables(results)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, sort_keys=True))
-        console.print(f"figures written to {args.json}")
+    write_json(args.json, results, console)
     return 0
 
 

@@ -25,7 +25,6 @@ rank: load time (open to slice in hand) and RSS growth over the whole exercise.
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -42,7 +41,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import git_commit
+from benchlib import git_commit, write_json
 from megahour.curation import build, fetch, load, manifest, slicing, sql, store, synthetic
 from megahour.curation.warehouse import EmbeddedWarehouse, open_warehouse
 
@@ -359,10 +358,7 @@ def main() -> int:
         "seconds": time.perf_counter() - began,
     }
     print_tables(results)
-    if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(results, indent=2, sort_keys=True))
-        console.print(f"figures written to {args.json}")
+    write_json(args.json, results, console)
     return 0
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import struct
 import warnings
 
 import numpy as np
@@ -313,7 +314,7 @@ def test_a_damaged_batch_header_is_a_manifest_error_and_the_fetch_cleans_up(buil
     first_rows = reader.get_batch(0).num_rows
     source.close()
     # The first batch's message starts right after the schema message: zero its header.
-    (length,) = __import__("struct").unpack_from("<i", data, 12)
+    (length,) = struct.unpack_from("<i", data, 12)
     start = 8 + 8 + length
     data[start : start + 8] = bytes(8)
     bad = tmp_path / "header.arrow"

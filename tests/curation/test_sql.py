@@ -203,3 +203,27 @@ def test_rows_are_ordered_by_key_then_id_even_on_ties() -> None:
     assert out.column("episode_id").to_pylist() == ["d", "b", "c", "a"]
     no_ties = table.set_column(1, sql.ORDER_KEY, pa.array([3, 2, 1, 0], pa.uint64()))
     assert manifest.order_rows(no_ties, sql.ORDER_KEY).column("v").to_pylist() == [4, 3, 2, 1]
+
+
+@pytest.mark.parametrize(
+    ("ch_type", "arrow", "nullable"),
+    [
+        ("String", "string", False),
+        ("LowCardinality(String)", "string", False),
+        ("Nullable(UInt32)", "uint32", True),
+        ("LowCardinality(Nullable(String))", "string", True),
+    ],
+)
+def test_clickhouse_types_map_to_arrow(ch_type: str, arrow: str, nullable: bool) -> None:
+    from megahour.curation.warehouse import arrow_field
+
+    field = arrow_field("c", ch_type)
+    assert str(field.type) == arrow and field.nullable is nullable
+
+
+def test_non_scalar_columns_are_refused_with_the_fix() -> None:
+    from megahour.curation.errors import WarehouseError
+    from megahour.curation.warehouse import arrow_field
+
+    with pytest.raises(WarehouseError, match=r"column tags has type Array\(String\).*arrayStringConcat"):
+        arrow_field("tags", "Array(String)")

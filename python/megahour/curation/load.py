@@ -81,6 +81,7 @@ def open_rank(path: str | Path, rank: int, world: int, *, require_verified: bool
         if require_verified:
             fetch.check_stamp(path, info)
         start, stop = slicing.rank_bounds(info.rows, world, rank)
+        full = reader.read_all()  # views only: reading the footer's batches maps, it does not copy
         if world == info.world_size:
             # Batch ``rank`` is exactly this rank's rows: read only its footer entry.
             batch = reader.get_batch(rank)
@@ -89,7 +90,6 @@ def open_rank(path: str | Path, rank: int, world: int, *, require_verified: bool
                     f"{path}: batch {rank} has {batch.num_rows} rows, expected {stop - start}; rebuild it"
                 )
             table = pa.Table.from_batches([batch])
-            full = None
         else:
             warnings.warn(
                 f"{path} was laid out for {info.world_size} ranks, this job has {world}: slices may cross "
@@ -97,10 +97,7 @@ def open_rank(path: str | Path, rank: int, world: int, *, require_verified: bool
                 f"{world} for zero-copy",
                 stacklevel=2,
             )
-            full = reader.read_all()
             table = full.slice(start, stop - start)
-        if full is None:
-            full = reader.read_all()  # views only: reading the footer's batches maps, it does not copy
         return RankManifest(str(path), info, rank, world, start, stop, table, full, source)
     except BaseException:
         source.close()

@@ -76,14 +76,10 @@ _ARROW_TYPES = {
 def arrow_field(name: str, ch_type: str) -> pa.Field:
     """The Arrow field a ClickHouse column becomes in a manifest (scalars only)."""
     inner, nullable = ch_type.strip(), False
-    for wrapper in ("Nullable", "LowCardinality"):
-        if inner.startswith(wrapper + "(") and inner.endswith(")"):
-            nullable = nullable or wrapper == "Nullable"
-            inner = inner[len(wrapper) + 1 : -1]
-    for wrapper in ("Nullable", "LowCardinality"):  # LowCardinality(Nullable(String))
-        if inner.startswith(wrapper + "(") and inner.endswith(")"):
-            nullable = nullable or wrapper == "Nullable"
-            inner = inner[len(wrapper) + 1 : -1]
+    # Peel Nullable(...) and LowCardinality(...) in whatever nesting: LowCardinality(Nullable(String)).
+    while (wrapper := inner.partition("(")[0]) in ("Nullable", "LowCardinality") and inner.endswith(")"):
+        nullable = nullable or wrapper == "Nullable"
+        inner = inner[len(wrapper) + 1 : -1]
     arrow = _ARROW_TYPES.get(inner)
     if arrow is None:
         raise WarehouseError(
