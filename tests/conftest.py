@@ -33,3 +33,11 @@ def run():
         )
 
     return _run
+
+
+@pytest.fixture(scope="session")
+def warehouse(tmp_path_factory):
+    """The embedded (chDB) warehouse. chDB serves one directory per process, so every test shares it."""
+    from megahour.curation.warehouse import EmbeddedWarehouse
+
+    return EmbeddedWarehouse(tmp_path_factory.mktemp("chdb") / "warehouse")

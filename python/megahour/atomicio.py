@@ -32,3 +32,12 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> bool:
         Path(tmp).unlink(missing_ok=True)
         raise
     return True
+
+
+def fsync_dir(path: Path) -> None:
+    """Make a rename inside ``path`` survive a crash."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

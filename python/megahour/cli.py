@@ -579,6 +579,103 @@ def _cmd_manifest_slice(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _ingest_config(args: argparse.Namespace):
+    from megahour.ingest.config import load_config
+
+    return load_config(args.config)
+
+
+def _ingest_params(text: str | None) -> dict | None:
+    if text is None:
+        return None
+    try:
+        params = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(
+            f"--params is not JSON ({exc.msg}); pass an object such as '{{\"jitter_s\": 0}}'"
+        ) from None
+    if not isinstance(params, dict):
+        raise ValueError("--params must be a JSON object")
+    return params
+
+
+def _cmd_ingest_step(args: argparse.Namespace, console: Console) -> int:
+    from megahour.ingest import work
+
+    def log(line: str) -> None:
+        console.print(line, highlight=False)
+
+    try:
+        result = work.execute(
+            args.step, args.run_dir, args.batch, _ingest_params(args.params), _ingest_config(args), log
+        )
+    except work.StepFailed as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[red]step failed:[/] {exc}", highlight=False)
+        return 3 if args.step == "summary" else 1
+    if args.json:
+        print(json.dumps(result, indent=2, default=str))
+    return 0
+
+
+def _cmd_ingest_landing(args: argparse.Namespace, console: Console) -> int:
+    from dataclasses import asdict
+
+    from megahour.ingest.landing import write_landing
+
+    bar, update = _progress(console, "simulate raw episodes")
+    with bar:
+        landed = write_landing(
+            args.dest, args.count, args.corrupt, args.seconds, args.seed, args.cameras, progress=update
+        )
+    result = {"dest": args.dest, "episodes": [asdict(e) for e in landed]}
+    corrupt = sum(e.corrupt for e in landed)
+    _emit(args, console, result, f"wrote {len(landed)} raw episodes ({corrupt} corrupt) to {args.dest}")
+    return 0
+
+
+def _cmd_ingest_monolithic(args: argparse.Namespace, console: Console) -> int:
+    from megahour.ingest import monolithic, work
+
+    def log(line: str) -> None:
+        console.print(line, highlight=False)
+
+    try:
+        summary = monolithic.run_monolithic(
+            args.run_dir, _ingest_params(args.params), _ingest_config(args), log
+        )
+    except work.StepFailed as exc:
+        Console(stderr=True, soft_wrap=True).print(f"[red]run failed:[/] {exc}", highlight=False)
+        return 3
+    _emit(args, console, summary, f"{summary['registered']} episodes registered")
+    return 0
+
+
+def _cmd_ingest_plan(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
+    from megahour.ingest import binpack
+    from megahour.ingest.config import MB
+
+    cfg = _ingest_config(args)
+    files = sorted(p for p in Path(args.landing or cfg.landing).glob("*.mcap") if p.is_file())
+    sizes = [p.stat().st_size for p in files]
+    constraints = binpack.Constraints(
+        max_workers=args.max_workers or cfg.max_workers,
+        worker_bytes_per_s=cfg.worker_bandwidth_mb_s * MB,
+        network_bytes_per_s=cfg.network_mb_s * MB,
+        db_rows_per_s=cfg.db_rows_per_s,
+        worker_overhead_s=cfg.worker_overhead_s,
+    )
+    chosen = binpack.plan(sizes, constraints)
+    result = {**chosen.to_dict(), "files": [[str(files[i]) for i in b] for b in chosen.batches]}
+    text = (
+        f"{len(files)} files, {sum(sizes) / MB:.1f} MB: {chosen.workers} workers "
+        f"(limited by {chosen.limited_by}), max/mean bytes {chosen.balance:.4f}"
+    )
+    _emit(args, console, result, text)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -775,6 +872,46 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_manifest_slice)
 
+    ing = sub.add_parser("ingest", help="ingestion: steps the Airflow DAG runs, the baseline, test data")
+    ing = ing.add_subparsers(dest="sub", required=True)
+
+    def ingest_config_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config", help="ingest settings (default $MEGAHOUR_INGEST_CONFIG, /etc/megahour/ingest.yml)"
+        )
+
+    p = ing.add_parser("step", help="run one step of an ingestion run (what each Slurm job runs)")
+    p.add_argument(
+        "step", help="discover, plan, validate, transcode, upload, register, previews, qc, summary"
+    )
+    p.add_argument("--run-dir", required=True, help="the run's folder on the shared filesystem")
+    p.add_argument("--batch", type=int, help="the batch, for per-batch steps")
+    p.add_argument("--params", help="the run's params as JSON (discover only)")
+    p.add_argument("--json", action="store_true")
+    ingest_config_arg(p)
+    p.set_defaults(func=_cmd_ingest_step)
+    p = ing.add_parser("monolithic", help="the single-process baseline: every step serially")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--params", help="run params as JSON (landing, storage, steps, ...)")
+    p.add_argument("--json", action="store_true")
+    ingest_config_arg(p)
+    p.set_defaults(func=_cmd_ingest_monolithic)
+    p = ing.add_parser("plan", help="bin-pack a landing zone and print the worker count and batches")
+    p.add_argument("--landing", help="default: the settings' landing zone")
+    p.add_argument("--max-workers", type=int)
+    p.add_argument("--json", action="store_true")
+    ingest_config_arg(p)
+    p.set_defaults(func=_cmd_ingest_plan)
+    p = ing.add_parser("landing", help="write simulated raw episodes (some corrupt) into a landing zone")
+    p.add_argument("dest")
+    p.add_argument("--count", type=int, default=20)
+    p.add_argument("--corrupt", type=int, default=0, help="how many of them to cut short")
+    p.add_argument("--seconds", type=float, default=2.0, help="median episode length (lognormal spread)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cameras", choices=["small", "default"], default="small")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_ingest_landing)
+
     inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)
     p = inv.add_parser("validate", help="check an inventory before deploying")
     p.add_argument("-i", "--inventory", required=True, help="inventory directory or file")
@@ -795,10 +932,15 @@ def main(argv: list[str] | None = None) -> int:
         from megahour.episodes.errors import EpisodeError, LayoutError
 
         errors = (*errors, EpisodeError, LayoutError, ValueError)
-    if args.command in ("warehouse", "manifest"):
+    if args.command in ("warehouse", "manifest", "ingest"):
         from megahour.curation.errors import CurationError
 
         errors = (*errors, CurationError, ValueError, OSError)
+    if args.command == "ingest":
+        from megahour.episodes.errors import EpisodeError
+        from megahour.ingest.runfiles import RunDirError
+
+        errors = (*errors, EpisodeError, RunDirError)
     try:
         return args.func(args, console)
     except errors as exc:

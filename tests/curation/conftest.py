@@ -1,7 +1,7 @@
 """An embedded (chDB) warehouse for the curation tests, and episode records to put in it.
 
-chDB serves one directory per process, so every test shares one warehouse and isolates itself with a
-database of its own.
+chDB serves one directory per process, so every test shares one warehouse (the session fixture in
+tests/conftest.py) and isolates itself with a database of its own.
 """
 
 from __future__ import annotations
@@ -12,14 +12,8 @@ import itertools
 import pytest
 
 from megahour.curation import schema, store
-from megahour.curation.warehouse import EmbeddedWarehouse
 
 _databases = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def warehouse(tmp_path_factory) -> EmbeddedWarehouse:
-    return EmbeddedWarehouse(tmp_path_factory.mktemp("chdb") / "warehouse")
 
 
 @pytest.fixture

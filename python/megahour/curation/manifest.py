@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
+from megahour.atomicio import fsync_dir
 from megahour.curation import slicing
 from megahour.curation.errors import EmptySelectionError, ManifestError
 
@@ -104,15 +105,6 @@ def content_hash(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> str:
     for batch in batches:
         digest.update(batch.serialize())  # one batch at a time: the copy is never the whole file
     return digest.hexdigest()
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename inside ``path`` survive a crash."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_manifest(

@@ -33,6 +33,9 @@ FOOTER_SIZE = 1 + 8 + 8 + 8 + 4  # opcode, length, summary_start, summary_offset
 TAIL_READ = 256 * 1024  # one fetch at open usually covers footer, summary and the metadata records
 LAYOUT_METADATA = "megahour.layout"
 KEYFRAMES_METADATA = "megahour.keyframes"
+# The recorder's labels (robot, embodiment, task, site, operator) that ingestion registers.
+EPISODE_METADATA = "megahour.episode"
+READ_METADATA = (LAYOUT_METADATA, KEYFRAMES_METADATA, EPISODE_METADATA)
 LIBRARY = "megahour-episodes"
 
 COMPRESSION = {"": CompressionType.NONE, "none": CompressionType.NONE, "zstd": CompressionType.ZSTD}
@@ -269,7 +272,7 @@ def open_index(source: RangeSource, *, known_schemas: bool = True) -> EpisodeInd
                 )
     metadata: dict[str, dict[str, str]] = {}
     for index in metadata_indexes:
-        if index.name not in (LAYOUT_METADATA, KEYFRAMES_METADATA):
+        if index.name not in READ_METADATA:
             continue
         if index.offset >= tail_start:
             blob = tail[index.offset - tail_start : index.offset - tail_start + index.length]

@@ -1,0 +1,484 @@
+"""The ingestion steps themselves: each reads its inputs from the run folder and writes one result.
+
+A step is safe to run again (a retry after a kill, or a whole rerun): outputs go through temporary
+files and renames, uploads skip objects already stored with the same digest, and warehouse rows are
+upserts that skip episodes already registered identically. A step's result file is written last, so
+its presence means the step finished.
+
+Corrupt raw episodes never stop a batch: each is copied to the store's ``quarantine/`` folder, given a
+reason row in the warehouse's quarantine table, and left out of the later steps.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import io
+import itertools
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from megahour.atomicio import atomic_write_text
+from megahour.curation import schema, store
+from megahour.curation.warehouse import Warehouse, open_warehouse
+from megahour.episodes import mcapio
+from megahour.episodes.errors import EpisodeError
+from megahour.episodes.layout import read_pattern
+from megahour.episodes.source import LocalSource
+from megahour.episodes.transcode import TranscodeOptions, transcode
+from megahour.ingest import binpack, quarantine, storage
+from megahour.ingest.config import MB, IngestConfig
+from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
+from megahour.ingest.runfiles import RunDir, RunDirError, write_json
+from megahour.ingest.steps import enabled_steps, run_outcome, spec
+
+INGEST_VERSION = 1
+EPISODES_KEY = "episodes"
+QUARANTINE_KEY = "quarantine"
+# What a broken raw file can raise while it is read, checked or transcoded: the episode layer's typed
+# errors, and the OS/codec errors of damaged bytes (Pillow's UnidentifiedImageError is an OSError).
+EPISODE_FAILURES = (EpisodeError, OSError, ValueError, EOFError)
+
+Log = Callable[[str], None]
+
+
+class StepFailed(RuntimeError):
+    """The step cannot finish; the message says why and what to do."""
+
+
+class DrillFailure(StepFailed):
+    """The run's ``fail_steps`` param asked this step to fail (a drill of the non-critical path)."""
+
+
+@dataclass
+class StepContext:
+    run: RunDir
+    config: IngestConfig
+    params: dict
+    log: Log
+    _warehouse: Warehouse | None = None
+
+    @property
+    def run_id(self) -> str:
+        return self.run.path.name
+
+    @property
+    def storage(self) -> Path:
+        return Path(self.params.get("storage") or self.config.storage)
+
+    def warehouse(self) -> Warehouse:
+        if self._warehouse is None:
+            self._warehouse = open_warehouse(self.params.get("warehouse") or None)
+        return self._warehouse
+
+
+def normalize_params(params: dict | None, config: IngestConfig) -> dict:
+    """The DAG run's params with defaults filled in, checked (a typo in a step name is refused)."""
+    params = dict(params or {})
+    known = {"steps", "jitter_s", "fail_steps", "landing", "storage", "warehouse", "max_workers"}
+    unknown = sorted(set(params) - known)
+    if unknown:
+        raise StepFailed(
+            f"unknown run params {', '.join(unknown)}; the params are {', '.join(sorted(known))}"
+        )
+    steps = enabled_steps(params.get("steps"))
+    fail_steps = list(params.get("fail_steps") or [])
+    enabled_steps(dict.fromkeys(fail_steps, True))  # same name check
+    return {
+        "steps": steps,
+        "jitter_s": float(params.get("jitter_s", config.stagger_jitter_s)),
+        "fail_steps": fail_steps,
+        "landing": params.get("landing") or config.landing,
+        "storage": params.get("storage") or config.storage,
+        "warehouse": params.get("warehouse") or "",
+        "max_workers": int(params.get("max_workers") or config.max_workers),
+    }
+
+
+def execute(
+    step: str,
+    run_dir: str | Path,
+    batch: int | None = None,
+    params: dict | None = None,
+    config: IngestConfig | None = None,
+    log: Log = print,
+    warehouse: Warehouse | None = None,
+) -> dict:
+    """Run one step; returns its result (also written to the run folder). Raises StepFailed."""
+    step_spec = spec(step)
+    config = config or IngestConfig()
+    run = RunDir(run_dir)
+    if step_spec.per_batch and batch is None:
+        raise StepFailed(f"step {step} runs per batch; pass --batch N (0..batches-1)")
+    if not step_spec.per_batch and batch is not None:
+        raise StepFailed(f"step {step} runs once per run; drop --batch")
+    if step == "discover":
+        run_params = normalize_params(params, config)
+        run.path.mkdir(parents=True, exist_ok=True)
+        write_json(run.run_json, {"params": run_params, "config": config.to_dict(), "run_id": run.path.name})
+    else:
+        run_params = run.run()["params"]
+    ctx = StepContext(run, config, run_params, log, warehouse)
+    if not run_params["steps"].get(step, True):
+        log(f"{step}: switched off for this run")
+        return {"status": "off"}
+    if step in run_params["fail_steps"]:
+        raise DrillFailure(f"{step}: failing on purpose (the run's fail_steps drill)")
+    began = time.perf_counter()
+    result = _STEPS[step](ctx, batch) if step_spec.per_batch else _STEPS[step](ctx)
+    result["seconds"] = round(time.perf_counter() - began, 3)
+    if step != "summary":
+        run.write_result(step, batch, result)
+    return result
+
+
+# -- run-level steps ----------------------------------------------------------------------------------
+
+
+def discover(ctx: StepContext) -> dict:
+    landing = Path(ctx.params["landing"])
+    if not landing.is_dir():
+        raise StepFailed(f"landing zone {landing} does not exist; create it or pass the landing param")
+    files = [
+        {"path": str(p), "bytes": p.stat().st_size}
+        for p in sorted(landing.glob("*.mcap"))
+        if not p.name.startswith(".") and p.is_file()
+    ]
+    ctx.log(f"discover: {len(files)} raw episodes in {landing}")
+    return {"landing": str(landing), "files": files}
+
+
+def plan(ctx: StepContext) -> dict:
+    found = ctx.run.result("discover")
+    if found is None:
+        raise StepFailed("plan needs the discover result; run discover first")
+    files = found["files"]
+    if not files:
+        result = {"workers": 0, "batches": [], "batch_bytes": [], "files": [], "limited_by": "files"}
+        ctx.run.plan_json.parent.mkdir(parents=True, exist_ok=True)
+        write_json(ctx.run.plan_json, result)
+        return result
+    cfg = ctx.config
+    constraints = binpack.Constraints(
+        max_workers=ctx.params["max_workers"],
+        worker_bytes_per_s=cfg.worker_bandwidth_mb_s * MB,
+        network_bytes_per_s=cfg.network_mb_s * MB,
+        db_rows_per_s=cfg.db_rows_per_s,
+        worker_overhead_s=cfg.worker_overhead_s,
+    )
+    chosen = binpack.plan([f["bytes"] for f in files], constraints)
+    result = chosen.to_dict()
+    result["files"] = [[files[i]["path"] for i in batch] for batch in chosen.batches]
+    write_json(ctx.run.plan_json, result)
+    ctx.log(
+        f"plan: {len(files)} files into {chosen.workers} batches (limited by {chosen.limited_by}), "
+        f"max/mean bytes {chosen.balance:.4f}"
+    )
+    return {k: result[k] for k in ("workers", "batch_bytes", "limited_by", "balance", "makespan_s")}
+
+
+# -- per-batch steps ----------------------------------------------------------------------------------
+
+
+def _batch_files(ctx: StepContext, batch: int) -> list[str]:
+    batches = ctx.run.plan()["files"]
+    if not 0 <= batch < len(batches):
+        raise StepFailed(f"batch {batch} is not in the plan ({len(batches)} batches)")
+    return batches[batch]
+
+
+def raw_info(path: str) -> dict:
+    """Labels and times of a raw episode, from its summary section (cheap: no chunk is read)."""
+    with LocalSource(path) as source:
+        index = mcapio.open_index(source)
+    labels = dict(index.metadata.get(LABELS_METADATA) or {})
+    missing = [k for k in LABEL_KEYS if not labels.get(k)]
+    if missing:
+        raise StepFailed(
+            f"{path}: no {', '.join(missing)} in the {LABELS_METADATA} metadata; the recorder must write "
+            "the episode's labels"
+        )
+    return {
+        "episode_id": labels.get("episode_id") or Path(path).stem,
+        "source": path,
+        "labels": {k: labels[k] for k in LABEL_KEYS},
+        "start_ns": index.start_ns,
+        "duration_s": (index.end_ns - index.start_ns) / 1e9,
+    }
+
+
+def check_raw(path: str) -> dict:
+    """Read every message (chunk CRCs, decompression, time order) and decode each camera's first frame."""
+    from PIL import Image
+
+    from megahour.episodes import schemas
+
+    info = raw_info(path)
+    with LocalSource(path) as source:
+        recording = mcapio.read_recording(source)
+    cameras = recording.cameras()
+    if not cameras:
+        raise EpisodeError(path, "no camera topic", fix="record at least one camera")
+    for camera in cameras:
+        frames = recording.messages[camera.topic]
+        if not frames:
+            raise EpisodeError(path, "camera topic has no frames", topic=camera.topic, fix="re-record it")
+        Image.open(io.BytesIO(schemas.decode_payload(camera.schema, frames[0].data))).load()
+    info["messages"] = sum(len(m) for m in recording.messages.values())
+    return info
+
+
+def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str) -> dict:
+    kept = storage.put(Path(path), ctx.storage, f"{QUARANTINE_KEY}/{Path(path).name}")
+    quarantine.record(
+        ctx.warehouse(),
+        [
+            quarantine.QuarantineRecord(
+                episode_id=episode_id,
+                source=path,
+                stored=kept.uri,
+                reason=reason,
+                run_id=ctx.run_id,
+                quarantined_at=dt.datetime.now(dt.UTC),
+            )
+        ],
+    )
+    ctx.log(f"quarantined {episode_id}: {reason}")
+    return {"episode_id": episode_id, "source": path, "stored": kept.uri, "reason": reason}
+
+
+def validate(ctx: StepContext, batch: int) -> dict:
+    ok, bad = [], []
+    for path in _batch_files(ctx, batch):
+        try:
+            ok.append(check_raw(path))
+        except (*EPISODE_FAILURES, StepFailed) as exc:
+            bad.append(_quarantine(ctx, path, Path(path).stem, _reason(exc)))
+    ctx.log(f"validate batch {batch}: {len(ok)} good, {len(bad)} quarantined")
+    return {"ok": ok, "quarantined": bad}
+
+
+def _reason(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}".strip()[:1000]
+
+
+def _validated(ctx: StepContext, batch: int) -> list[dict]:
+    """The batch's good episodes: validate's list, or (validate switched off) every planned file."""
+    checked = ctx.run.result("validate", batch)
+    if checked is not None:
+        return checked["ok"]
+    episodes = []
+    for path in _batch_files(ctx, batch):
+        try:
+            episodes.append(raw_info(path))
+        except (*EPISODE_FAILURES, StepFailed) as exc:
+            _quarantine(ctx, path, Path(path).stem, _reason(exc))
+    return episodes
+
+
+def transcode_batch(ctx: StepContext, batch: int) -> dict:
+    ctx.run.staging.mkdir(parents=True, exist_ok=True)
+    options = TranscodeOptions(pattern=ctx.config.pattern)
+    done, bad = [], []
+    for episode in _validated(ctx, batch):
+        episode_id = episode["episode_id"]
+        out = ctx.run.staging / f"{episode_id}.mcap"
+        report_path = ctx.run.staging / f"{episode_id}.json"
+        for stale in ctx.run.staging.glob(f".{out.name}.*.partial"):
+            stale.unlink(missing_ok=True)  # a transcode killed part-way; the retry starts it over
+        if out.exists() and report_path.exists():
+            report = json.loads(report_path.read_text())
+        else:
+            try:
+                report = transcode(episode["source"], out, options).to_dict()
+            except EPISODE_FAILURES as exc:
+                bad.append(_quarantine(ctx, episode["source"], episode_id, _reason(exc)))
+                continue
+            atomic_write_text(report_path, json.dumps(report, sort_keys=True))
+        done.append({**episode, "staged": str(out), "frames": report["frames"]})
+    ctx.log(f"transcode batch {batch}: {len(done)} episodes, {len(bad)} quarantined")
+    return {"done": done, "quarantined": bad}
+
+
+def _transcoded(ctx: StepContext, batch: int, step: str) -> list[dict]:
+    result = ctx.run.result("transcode", batch)
+    if result is None:
+        raise StepFailed(
+            f"{step} batch {batch} needs the transcode result; transcode is off or has not finished"
+        )
+    return result["done"]
+
+
+def upload(ctx: StepContext, batch: int) -> dict:
+    uploaded = []
+    for episode in _transcoded(ctx, batch, "upload"):
+        put = storage.put(
+            Path(episode["staged"]), ctx.storage, f"{EPISODES_KEY}/{episode['episode_id']}.mcap"
+        )
+        uploaded.append(
+            {**episode, "uri": put.uri, "bytes": put.bytes, "sha256": put.sha256, "copied": put.copied}
+        )
+    copied = sum(u["copied"] for u in uploaded)
+    ctx.log(f"upload batch {batch}: {copied} copied, {len(uploaded) - copied} already stored")
+    return {"uploaded": uploaded}
+
+
+def episode_record(episode: dict, pattern: str) -> schema.EpisodeRecord:
+    labels = episode["labels"]
+    with LocalSource(episode["staged"]) as src:
+        layout = mcapio.open_index(src).layout() or {}
+    return schema.EpisodeRecord(
+        episode_id=episode["episode_id"],
+        robot=labels["robot"],
+        embodiment=labels["embodiment"],
+        task=labels["task"],
+        site=labels["site"],
+        operator=labels["operator"],
+        start_time=dt.datetime.fromtimestamp(episode["start_ns"] // 1_000_000_000, dt.UTC),
+        duration_s=float(episode["duration_s"]),
+        storage_uri=episode["uri"],
+        bytes=int(episode["bytes"]),
+        topic_groups=tuple(g["name"] for g in layout.get("groups", [])),
+        codec="h264",
+        gop_s=float(read_pattern(pattern).gop_s),
+        ingest_version=INGEST_VERSION,
+        tags=("ingest:megahour",),
+    )
+
+
+def register(ctx: StepContext, batch: int) -> dict:
+    result = ctx.run.result("upload", batch)
+    if result is None:
+        raise StepFailed(f"register batch {batch} needs the upload result; upload is off or has not finished")
+    records = [episode_record(e, ctx.config.pattern) for e in result["uploaded"]]
+    wh = ctx.warehouse()
+    store.ensure_schema(wh)
+    current = {r["episode_id"]: r for r in store.fetch_records(wh, [r.episode_id for r in records])}
+    fresh = [r for r in records if not _same_row(current.get(r.episode_id), r)]
+    store.upsert(wh, fresh)
+    ctx.log(f"register batch {batch}: {len(fresh)} upserted, {len(records) - len(fresh)} already registered")
+    return {
+        "registered": len(fresh),
+        "already": len(records) - len(fresh),
+        "episode_ids": [r.episode_id for r in records],
+    }
+
+
+def _same_row(row: dict | None, record: schema.EpisodeRecord) -> bool:
+    """True when the warehouse already holds this episode as we would write it (a retried register)."""
+    if row is None:
+        return False
+    return (
+        row["storage_uri"] == record.storage_uri
+        and int(row["bytes"]) == record.bytes
+        and int(row["ingest_version"]) == record.ingest_version
+    )
+
+
+def previews(ctx: StepContext, batch: int) -> dict:
+    from megahour.episodes import schemas
+
+    written = 0
+    for episode in _transcoded(ctx, batch, "previews"):
+        with LocalSource(episode["source"]) as source:
+            recording = mcapio.read_recording(source)
+        for camera in recording.cameras():
+            first = recording.messages[camera.topic][0].data
+            jpeg = schemas.decode_payload(camera.schema, first)
+            name = camera.topic.strip("/").replace("/", "_")
+            target = ctx.storage / "previews" / episode["episode_id"] / f"{name}.jpg"
+            _atomic_bytes(target, jpeg)
+            written += 1
+    return {"previews": written}
+
+
+def qc(ctx: StepContext, batch: int) -> dict:
+    metrics = []
+    for episode in _transcoded(ctx, batch, "qc"):
+        with LocalSource(episode["source"]) as source:
+            recording = mcapio.read_recording(source)
+        cameras = {}
+        for camera in recording.cameras():
+            times = [m.log_time for m in recording.messages[camera.topic]]
+            gaps = [b - a for a, b in itertools.pairwise(times)]
+            expected = camera.rate_hz * episode["duration_s"]
+            cameras[camera.topic] = {
+                "frames": len(times),
+                "expected_frames": round(expected, 1),
+                "max_gap_ms": round(max(gaps) / 1e6, 3) if gaps else 0.0,
+            }
+        record = {
+            "episode_id": episode["episode_id"],
+            "duration_s": episode["duration_s"],
+            "cameras": cameras,
+        }
+        atomic_write_text(
+            ctx.storage / "qc" / f"{episode['episode_id']}.json", json.dumps(record, sort_keys=True)
+        )
+        metrics.append(record)
+    return {"qc": len(metrics)}
+
+
+def _atomic_bytes(path: Path, data: bytes) -> None:
+    with mcapio.atomic_output(path) as handle:
+        handle.write(data)
+
+
+def summary(ctx: StepContext) -> dict:
+    try:
+        batches = len(ctx.run.plan()["batches"])
+    except RunDirError:  # no plan: the per-batch steps count as failed, as reported below
+        batches = None
+    outcome = run_outcome(ctx.params["steps"], batches, ctx.run.finished())
+    totals = {"registered": 0, "quarantined": [], "episode_hours": 0.0, "bytes": 0}
+    for b in range(batches or 0):
+        for step in ("validate", "transcode"):
+            result = ctx.run.result(step, b) or {}
+            totals["quarantined"] += result.get("quarantined", [])
+        uploaded = (ctx.run.result("upload", b) or {}).get("uploaded", [])
+        registered = ctx.run.result("register", b) or {}
+        totals["registered"] += len(registered.get("episode_ids", []))
+        if registered:
+            totals["episode_hours"] += sum(u["duration_s"] for u in uploaded) / 3600
+            totals["bytes"] += sum(u["bytes"] for u in uploaded)
+    discovered = len((ctx.run.result("discover") or {}).get("files", []))
+    report = {
+        "run_id": ctx.run_id,
+        "succeeded": outcome.succeeded,
+        "discovered": discovered,
+        "registered": totals["registered"],
+        "quarantined": totals["quarantined"],
+        "episode_hours": round(totals["episode_hours"], 6),
+        "bytes": totals["bytes"],
+        "critical_failures": [_label(o) for o in outcome.critical_failures],
+        "noncritical_failures": [_label(o) for o in outcome.noncritical_failures],
+        "steps_off": sorted({o.step for o in outcome.steps if o.status == "off"}),
+    }
+    ctx.run.write_result("summary", None, report)
+    ctx.log(
+        f"summary: {report['registered']} registered, {len(report['quarantined'])} quarantined, "
+        f"critical failures {report['critical_failures'] or 'none'}, "
+        f"non-critical failures {report['noncritical_failures'] or 'none'}"
+    )
+    if not outcome.succeeded:
+        raise StepFailed(f"critical steps failed: {', '.join(report['critical_failures'])}")
+    return report
+
+
+def _label(outcome) -> str:
+    return outcome.step if outcome.batch is None else f"{outcome.step}[{outcome.batch}]"
+
+
+_STEPS = {
+    "discover": discover,
+    "plan": plan,
+    "validate": validate,
+    "transcode": transcode_batch,
+    "upload": upload,
+    "register": register,
+    "previews": previews,
+    "qc": qc,
+    "summary": summary,
+}
