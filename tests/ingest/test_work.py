@@ -78,6 +78,7 @@ def test_good_episodes_land_once_and_the_corrupt_one_is_quarantined(fresh, wareh
     assert (tmp_path / "storage" / "quarantine" / f"{bad.episode_id}.mcap").exists()
     assert [q["episode_id"] for q in summary["quarantined"]] == [bad.episode_id]
     assert summary["episode_hours"] > 0
+    assert list(RunDir(tmp_path / "runs" / "r1").staging.glob("*.mcap")) == []  # removed once stored
 
     # A second run over the same landing zone replaces objects and rows instead of adding any. (Its
     # transcodes may differ by a few bytes: chDB's queries in this process change the floating-point

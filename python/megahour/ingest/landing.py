@@ -73,6 +73,7 @@ def write_landing(
         path = dest / f"{config.resolved_episode_id}.mcap"
         metadata = {LABELS_METADATA: {"episode_id": config.resolved_episode_id, **episode_labels(i)}}
         mcapio.write_episode(path, recording.topics, mcapio.per_topic_chunks(recording.messages), metadata)
+        os.chmod(path, 0o644)  # the landing zone is shared: the ingest service user reads what robots upload
         broken = i >= count - corrupt
         if broken:
             _truncate(path)
@@ -87,4 +88,5 @@ def _truncate(path: Path) -> None:
     data = path.read_bytes()
     tmp = path.with_name(f".{path.name}.cut")
     tmp.write_bytes(data[: int(len(data) * 0.6)])
+    os.chmod(tmp, 0o644)
     os.replace(tmp, path)

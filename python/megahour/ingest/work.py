@@ -15,6 +15,7 @@ import datetime as dt
 import io
 import itertools
 import json
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -42,6 +43,8 @@ QUARANTINE_KEY = "quarantine"
 EPISODE_FAILURES = (EpisodeError, OSError, ValueError, EOFError)
 
 Log = Callable[[str], None]
+# The keys a run's params may hold (the Airflow DAG's params; a test keeps the two in step).
+RUN_PARAMS = ("steps", "jitter_s", "fail_steps", "landing", "storage", "warehouse", "max_workers")
 
 
 class StepFailed(RuntimeError):
@@ -77,7 +80,7 @@ class StepContext:
 def normalize_params(params: dict | None, config: IngestConfig) -> dict:
     """The DAG run's params with defaults filled in, checked (a typo in a step name is refused)."""
     params = dict(params or {})
-    known = {"steps", "jitter_s", "fail_steps", "landing", "storage", "warehouse", "max_workers"}
+    known = set(RUN_PARAMS)
     unknown = sorted(set(params) - known)
     if unknown:
         raise StepFailed(
@@ -424,6 +427,7 @@ def qc(ctx: StepContext, batch: int) -> dict:
 def _atomic_bytes(path: Path, data: bytes) -> None:
     with mcapio.atomic_output(path) as handle:
         handle.write(data)
+        os.fchmod(handle.fileno(), 0o644)  # previews are read by people and tools, not only by us
 
 
 def summary(ctx: StepContext) -> dict:
@@ -463,7 +467,11 @@ def summary(ctx: StepContext) -> dict:
         f"non-critical failures {report['noncritical_failures'] or 'none'}"
     )
     if not outcome.succeeded:
+        # Staged episodes stay, so retrying the failed steps does not transcode again.
         raise StepFailed(f"critical steps failed: {', '.join(report['critical_failures'])}")
+    # Everything is in storage now: the staged copies would only double the run's disk use.
+    for staged in ctx.run.staging.glob("*.mcap") if ctx.run.staging.is_dir() else ():
+        staged.unlink()
     return report
 
 

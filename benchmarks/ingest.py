@@ -1,0 +1,372 @@
+#!/usr/bin/env python3
+"""Ingestion: the bin-packer's balance, DAG throughput against the monolithic job, and the metadata
+database's write bursts with and without staggered starts, in one run.
+
+1. **Bin-packer balance** (pure, always runs): max/mean bytes per worker for 10k files with lognormal
+   sizes, ours against round-robin and count-equal batching, at several worker counts.
+2. **Throughput** (needs the local cluster from `make up`): the same landing zone of simulated raw
+   episodes (one corrupt) ingested twice, in the same run:
+     monolithic  `megahour ingest monolithic` in one process on compute node gpu-1 (every step serially)
+     dag         the `megahour_ingest` Airflow DAG, triggered through the REST API; its steps run as Slurm
+                 jobs on the `ingest` partition
+   Figure: episode-hours ingested per wall-clock hour, and the ratio dag/monolithic.
+3. **Write bursts** (same cluster): the DAG run again with ``jitter_s = 0`` and with the stagger on,
+   while a sampler inside `ctl` reads the Airflow database's tuple writes (pg_stat_database) every
+   0.25 s. Figure: peak writes per second over 1 s windows, and the reduction.
+
+    python benchmarks/ingest.py --quick --json benchmarks/results/ingest.json
+    python benchmarks/ingest.py --json benchmarks/results/ingest.json      # 16 episodes of ~3 s
+    python benchmarks/ingest.py --no-cluster                                # bin-packer only
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+from rich.console import Console
+from rich.table import Table
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from benchlib import git_commit, write_json
+from megahour.ingest import binpack
+
+console = Console(stderr=True)
+REPO = Path(__file__).resolve().parent.parent
+DAG_ID = "megahour_ingest"
+CONTROLLER, NODE = "ctl", "gpu-1"
+SERVICE_USER = "airflow"
+SHARED = "/srv/megahour"
+
+
+# -- 1. bin-packer balance ----------------------------------------------------------------------------
+
+
+def packer_balance(files: int, workers: tuple[int, ...], seed: int = 0) -> dict:
+    rng = np.random.default_rng(seed)
+    # Episode sizes: lognormal around ~25 MB with a long tail (sigma 1: the largest is ~50x the median).
+    sizes = [int(s) for s in rng.lognormal(mean=np.log(25e6), sigma=1.0, size=files)]
+    rows = []
+    for w in workers:
+        began = time.perf_counter()
+        ours = binpack.pack(sizes, w)
+        pack_s = time.perf_counter() - began
+
+        def bal(batches: list[list[int]]) -> float:
+            return binpack.balance([sum(sizes[i] for i in b) for b in batches])
+
+        row = {
+            "workers": w,
+            "ours_max_over_mean": bal(ours),
+            "round_robin_max_over_mean": bal(binpack.round_robin(files, w)),
+            "count_equal_max_over_mean": bal(binpack.count_equal(files, w)),
+            "lower_bound": binpack.lower_bound_balance(sizes, w),
+            "pack_s": pack_s,
+        }
+        rows.append(row)
+    table = Table(title=f"bin-packer: max/mean bytes per worker, {files:,} lognormal files")
+    for col in ("workers", "ours", "round-robin", "count-equal", "lower bound", "pack s"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(
+            str(r["workers"]),
+            f"{r['ours_max_over_mean']:.5f}",
+            f"{r['round_robin_max_over_mean']:.4f}",
+            f"{r['count_equal_max_over_mean']:.4f}",
+            f"{r['lower_bound']:.5f}",
+            f"{r['pack_s']:.3f}",
+        )
+    console.print(table)
+    return {
+        "files": files,
+        "rows": rows,
+        "worst_ours_max_over_mean": max(r["ours_max_over_mean"] for r in rows),
+        "target_max_over_mean": 1.02,
+    }
+
+
+# -- the local cluster ---------------------------------------------------------------------------------
+
+
+def podman(*args: str, check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def in_container(
+    name: str, command: str, *, user: str | None = None, check: bool = True, timeout: float = 3600
+):
+    wrapped = f"runuser -u {user} -- bash -lc {shlex.quote(command)}" if user else command
+    return podman("exec", name, "bash", "-lc", wrapped, check=check, timeout=timeout)
+
+
+def cluster_ready() -> str | None:
+    """None when the local cluster runs Airflow; otherwise why the cluster parts are skipped."""
+    try:
+        out = podman("ps", "--format", "{{.Names}}", check=False).stdout.split()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"podman is not usable ({exc})"
+    if CONTROLLER not in out or NODE not in out:
+        return "the local cluster is not up; run `make up` first"
+    state = in_container(CONTROLLER, "systemctl is-active airflow-scheduler airflow-api-server", check=False)
+    if state.returncode != 0:
+        return "Airflow is not running on ctl; deploy with `make deploy`"
+    return None
+
+
+class Airflow:
+    """The Airflow 3 REST API of the local cluster (token from the role's generated admin password)."""
+
+    def __init__(self, base_url: str, user: str, password: str) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.token = self._request(
+            "POST", "/auth/token", {"username": user, "password": password}, auth=False
+        )["access_token"]
+
+    def _request(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> dict:
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(self.base_url + path, data=data, method=method)
+        req.add_header("Content-Type", "application/json")
+        if auth:
+            req.add_header("Authorization", f"Bearer {self.token}")
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                return json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
+
+    def trigger(self, conf: dict, run_id: str) -> str:
+        body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
+        return self._request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", body)["dag_run_id"]
+
+    def wait(self, run_id: str, timeout: float = 3600) -> tuple[str, float]:
+        began = time.monotonic()
+        while time.monotonic() - began < timeout:
+            run = self._request("GET", f"/api/v2/dags/{DAG_ID}/dagRuns/{run_id}")
+            if run["state"] in ("success", "failed"):
+                return run["state"], run
+            time.sleep(1)
+        raise TimeoutError(f"DAG run {run_id} did not finish in {timeout} s")
+
+
+def shared_mountpoint() -> Path:
+    """Where the cluster's shared volume (mounted at /srv/megahour in every container) lives on this host."""
+    from megahour.cluster.spec import shared_volume_name
+
+    out = podman("volume", "inspect", "--format", "{{.Mountpoint}}", shared_volume_name("local"))
+    return Path(out.stdout.strip())
+
+
+def landing_source(count: int, seconds: float, cameras: str, seed: int) -> Path:
+    """Simulated raw episodes (the last one corrupt), cached by their parameters: rendering is slow."""
+    from megahour.ingest.landing import write_landing
+
+    cache = REPO / ".cache" / "bench-ingest" / f"landing-{count}x{seconds:g}s-{cameras}-seed{seed}"
+    if not (cache / ".complete").exists():
+        console.print(f"simulating {count} raw episodes of ~{seconds:g} s ({cameras} cameras) into {cache}")
+        write_landing(cache, count, corrupt=1, seconds=seconds, seed=seed, cameras=cameras)
+        (cache / ".complete").touch()
+    return cache
+
+
+def stage(source: Path, tag: str) -> str:
+    """Copy the landing zone into the shared volume; returns its path inside the containers."""
+    import shutil
+
+    host = shared_mountpoint() / "bench" / tag
+    if host.exists():
+        shutil.rmtree(host)
+    shutil.copytree(source, host / "landing", ignore=shutil.ignore_patterns(".complete"))
+    in_container(
+        CONTROLLER, f"chown -R {SERVICE_USER}:megahour {SHARED}/bench && chmod -R g+w {SHARED}/bench"
+    )
+    return f"{SHARED}/bench/{tag}"
+
+
+def episode_seconds(source: Path) -> float:
+    """Seconds of good (registrable) episodes in a landing zone."""
+    from megahour.episodes.errors import EpisodeError
+    from megahour.ingest.work import StepFailed, raw_info
+
+    total = 0.0
+    for path in sorted(source.glob("*.mcap")):
+        try:
+            total += raw_info(str(path))["duration_s"]
+        except (EpisodeError, StepFailed):  # the corrupt one: ingestion quarantines it
+            continue
+    return total
+
+
+def run_monolithic(base: str) -> dict:
+    params = json.dumps({"landing": f"{base}/landing", "storage": f"{base}/storage-monolithic"})
+    command = (
+        f"megahour ingest monolithic --json --run-dir {base}/runs/monolithic --params {shlex.quote(params)}"
+    )
+    began = time.perf_counter()
+    out = in_container(NODE, command, user=SERVICE_USER)
+    wall = time.perf_counter() - began
+    summary = json.loads(out.stdout[out.stdout.index("{") :])
+    return {"wall_s": wall, "registered": summary["registered"], "quarantined": len(summary["quarantined"])}
+
+
+def airflow_client() -> Airflow:
+    address = in_container(CONTROLLER, "hostname -I").stdout.split()[0]
+    secrets = REPO / "inventories" / "local" / ".secrets"
+    password = (secrets / "airflow_admin_password").read_text().strip()
+    return Airflow(f"http://{address}:8080", "admin", password)
+
+
+PG_SAMPLER = (
+    "runuser -u postgres -- psql -XAtq -d airflow "
+    '-c "select extract(epoch from clock_timestamp()), pg_snapshot_xmax(pg_current_snapshot()), '
+    "pg_current_wal_lsn() - '0/0'::pg_lsn\" -c '\\watch 0.25' > /tmp/megahour-pg-samples 2>&1"
+)
+
+
+def run_dag(client: Airflow, base: str, run_id: str, jitter_s: float, sample: bool = False) -> dict:
+    conf = {"landing": f"{base}/landing", "storage": f"{base}/storage-{run_id}", "jitter_s": jitter_s}
+    if sample:
+        in_container(CONTROLLER, "pkill -f 'watch 0.25' || true; rm -f /tmp/megahour-pg-samples")
+        podman("exec", "-d", CONTROLLER, "bash", "-lc", PG_SAMPLER)
+    began = time.perf_counter()
+    client.trigger(conf, run_id)
+    state, _ = client.wait(run_id)
+    wall = time.perf_counter() - began
+    result = {"wall_s": wall, "state": state, "jitter_s": jitter_s}
+    summary_path = shared_mountpoint() / "ingest" / "runs" / run_id / "steps" / "summary.json"
+    if summary_path.exists():
+        summary = json.loads(summary_path.read_text())
+        result.update(registered=summary["registered"], quarantined=len(summary["quarantined"]))
+    if sample:
+        in_container(CONTROLLER, "pkill -f 'watch 0.25' || true")
+        text = in_container(CONTROLLER, "cat /tmp/megahour-pg-samples").stdout
+        result.update(write_bursts(text))
+    return result
+
+
+def write_bursts(text: str) -> dict:
+    """Peak write transactions (new transaction ids) and WAL bytes per 1 s window, from the samples."""
+    rows = []
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) == 3:
+            try:
+                rows.append((float(parts[0]), int(parts[1]), int(float(parts[2]))))
+            except ValueError:
+                continue
+    if len(rows) < 3:
+        return {"peak_write_tx_per_s": None, "peak_wal_bytes_per_s": None, "samples": len(rows)}
+    t0 = rows[0][0]
+    per_second: dict[int, list[tuple[int, int]]] = {}
+    for t, xid, lsn in rows:
+        per_second.setdefault(int(t - t0), []).append((xid, lsn))
+    seconds = sorted(per_second)
+    tx, wal = [], []
+    for a, b in itertools.pairwise(seconds):
+        if b == a + 1:
+            tx.append(per_second[b][-1][0] - per_second[a][-1][0])
+            wal.append(per_second[b][-1][1] - per_second[a][-1][1])
+    return {
+        "peak_write_tx_per_s": max(tx) if tx else None,
+        "mean_write_tx_per_s": (rows[-1][1] - rows[0][1]) / (rows[-1][0] - t0),
+        "peak_wal_bytes_per_s": max(wal) if wal else None,
+        "samples": len(rows),
+    }
+
+
+def cluster_figures(count: int, seconds: float, cameras: str, jitter_s: float) -> dict:
+    source = landing_source(count, seconds, cameras, seed=11)
+    hours = episode_seconds(source) / 3600
+    tag = f"b{int(time.time())}"
+    base = stage(source, tag)
+    client = airflow_client()
+    console.print(f"[bold]monolithic[/] over {count} episodes ({hours * 3600:.0f} s of good episodes)")
+    mono = run_monolithic(base)
+    console.print(f"  {mono['wall_s']:.1f} s")
+    console.print("[bold]DAG[/], stagger off (jitter 0), sampling the metadata database")
+    flat = run_dag(client, base, f"{tag}-nostagger", 0.0, sample=True)
+    console.print(
+        f"  {flat['wall_s']:.1f} s, {flat['state']}, peak {flat.get('peak_write_tx_per_s')} write tx/s"
+    )
+    console.print(f"[bold]DAG[/], stagger on (jitter {jitter_s:g} s)")
+    staggered = run_dag(client, base, f"{tag}-stagger", jitter_s, sample=True)
+    console.print(
+        f"  {staggered['wall_s']:.1f} s, {staggered['state']}, "
+        f"peak {staggered.get('peak_write_tx_per_s')} write tx/s"
+    )
+    best_dag = min(
+        (r for r in (flat, staggered) if r["state"] == "success"), key=lambda r: r["wall_s"], default=None
+    )
+    per_hour = {"monolithic": hours / (mono["wall_s"] / 3600)}
+    if best_dag:
+        per_hour["dag"] = hours / (best_dag["wall_s"] / 3600)
+    result = {
+        "episodes": count,
+        "episode_seconds_good": hours * 3600,
+        "monolithic": mono,
+        "dag_no_stagger": flat,
+        "dag_stagger": staggered,
+        "episode_hours_per_hour_monolithic": per_hour["monolithic"],
+        "episode_hours_per_hour_dag": per_hour.get("dag"),
+        "dag_over_monolithic": per_hour["dag"] / per_hour["monolithic"] if "dag" in per_hour else None,
+        "target_dag_over_monolithic": 1.7,
+    }
+    if flat.get("peak_write_tx_per_s") and staggered.get("peak_write_tx_per_s"):
+        result["peak_write_tx_reduction"] = 1 - staggered["peak_write_tx_per_s"] / flat["peak_write_tx_per_s"]
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="fewer files and episodes (< 2 min on a warm cache)"
+    )
+    parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--no-cluster", action="store_true", help="the bin-packer only (no local cluster needed)"
+    )
+    parser.add_argument(
+        "--episodes", type=int, help="raw episodes for the throughput runs (default 16; quick 6)"
+    )
+    parser.add_argument("--seconds", type=float, help="median episode length (default 3; quick 2)")
+    parser.add_argument("--cameras", choices=["small", "default"], default="default")
+    parser.add_argument("--jitter", type=float, default=10.0, help="stagger jitter for the staggered run (s)")
+    args = parser.parse_args()
+    began = time.perf_counter()
+    results: dict = {"commit": git_commit()}
+    workers = (2, 8, 32) if args.quick else (2, 4, 8, 16, 32, 64, 128)
+    results["binpack"] = packer_balance(10_000, workers)
+    if args.no_cluster:
+        results["cluster"] = {"skipped": "--no-cluster"}
+    elif reason := cluster_ready():
+        console.print(f"[yellow]cluster figures skipped:[/] {reason}")
+        results["cluster"] = {"skipped": reason}
+    else:
+        count = args.episodes or (6 if args.quick else 16)
+        seconds = args.seconds or (2.0 if args.quick else 3.0)
+        results["cluster"] = cluster_figures(count, seconds, args.cameras, args.jitter)
+        c = results["cluster"]
+        console.print(
+            f"[bold]throughput[/]: dag/monolithic = {c['dag_over_monolithic']} (target 1.7); "
+            f"peak write tx/s reduction from staggering = {c.get('peak_write_tx_reduction')}"
+        )
+    results["total_s"] = time.perf_counter() - began
+    write_json(args.json, results, console)
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    sys.exit(main())

@@ -1,0 +1,570 @@
+"""Run one megahour ingest step as a Slurm job from Airflow, without holding a worker slot while it runs.
+
+``SlurmStepOperator`` (Airflow 3 task SDK) does, per task instance:
+
+1. **toggle**: the DAG run's ``params["steps"][step]`` false -> ``AirflowSkipException``, nothing submitted;
+2. **stagger**: defers to a time trigger for a deterministic delay in ``[0, jitter_s)`` derived from
+   (run id, task id, map index), so a wide mapped fan-out does not hit slurmctld (and storage) at once;
+   no worker slot is held while it waits;
+3. **submit**: ``sbatch --parsable`` with the step's own ``--cpus-per-task``/``--mem``/``--time`` from
+   ``STEPS[step]`` and the configured partition, so Slurm enforces the budgets. The job is named
+   ``mh-ingest.<run id>.<task id>.<map index>``; when a job of that name is still PENDING/RUNNING (a retry
+   after the Airflow task itself died), the operator attaches to it instead of submitting a duplicate;
+4. **wait**: defers to ``SlurmJobTrigger``, which polls ``scontrol show job`` (and ``sacct`` once slurmctld
+   has forgotten the job) with asyncio subprocesses in the triggerer until the job ends;
+5. **finish**: logs the tail of the job's output file into the task log; COMPLETED with exit 0 succeeds,
+   anything else raises (retryable, except exit codes listed in ``final_exit_codes``).
+
+``on_kill`` (worker side) and ``SlurmJobTrigger.on_kill`` (triggerer side, when a user marks the deferred
+task failed/success or clears it) cancel the job with ``scancel``.
+
+The pure parts (naming, command rendering, state parsing, jitter) are plain functions at the top of this
+module and are unit-tested without Airflow or Slurm.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import shlex
+import subprocess
+from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
+from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from megahour.ingest.runfiles import batch_count, safe_run_id
+from megahour.ingest.steps import STEPS, StepSpec, spec
+
+JOB_NAME_PREFIX = "mh-ingest"
+# Job states (Slurm 22.05 long names) after which the job never runs again.
+TERMINAL_STATES = frozenset(
+    {
+        "BOOT_FAIL",
+        "CANCELLED",
+        "COMPLETED",
+        "DEADLINE",
+        "FAILED",
+        "NODE_FAIL",
+        "OUT_OF_MEMORY",
+        "PREEMPTED",
+        "REVOKED",
+        "TIMEOUT",
+    }
+)
+# What squeue is asked for when looking for a job to attach to (a live job of the same name).
+ATTACHABLE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED")
+UNKNOWN_STATE = "UNKNOWN"
+SUBPROCESS_TIMEOUT_S = 60.0
+_INVALID_JOB = "invalid job id"
+
+
+# Pure helpers ------------------------------------------------------------------------------------------
+
+
+def step_enabled(params: Mapping[str, Any] | None, step: str) -> bool:
+    """The DAG run's on/off switch for ``step`` (``params["steps"][step]``, default on)."""
+    toggles = (params or {}).get("steps") or {}
+    return bool(toggles.get(step, True))
+
+
+def stagger_delay(run_id: str, task_id: str, map_index: int, jitter_s: float) -> float:
+    """A delay in ``[0, jitter_s)`` that is the same for the same (run, task, map index) on every host."""
+    jitter = float(jitter_s or 0.0)
+    if jitter <= 0:
+        return 0.0
+    digest = hashlib.sha256(f"{run_id}\0{task_id}\0{map_index}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 * jitter
+
+
+def run_dir_for(runs: str | Path, run_id: str) -> Path:
+    """The run's working folder on the shared filesystem: ``<runs>/<sanitized run id>``."""
+    return Path(runs) / safe_run_id(run_id)
+
+
+def job_name(run_id: str, task_id: str, map_index: int) -> str:
+    """``mh-ingest.<run id>.<task id>.<map index>``: unique per task instance, stable across its tries."""
+    return f"{JOB_NAME_PREFIX}.{safe_run_id(run_id)}.{task_id}.{map_index}"
+
+
+def log_stem(step: str, batch: int | None) -> str:
+    return step if batch is None else f"{step}-{batch}"
+
+
+def log_path(run_dir: str | Path, step: str, batch: int | None, try_number: int) -> Path:
+    """Where the job's stdout and stderr go: ``<run_dir>/logs/<step>[-<batch>].try<N>.log``."""
+    return Path(run_dir) / "logs" / f"{log_stem(step, batch)}.try{try_number}.log"
+
+
+def latest_log(run_dir: str | Path, step: str, batch: int | None) -> Path | None:
+    """The output file of the most recent try of a step (used when attaching to an earlier try's job)."""
+    pattern = re.compile(rf"{re.escape(log_stem(step, batch))}\.try(\d+)\.log")
+    found = []
+    for path in (Path(run_dir) / "logs").glob(f"{log_stem(step, batch)}.try*.log"):
+        match = pattern.fullmatch(path.name)
+        if match:
+            found.append((int(match.group(1)), path))
+    return max(found)[1] if found else None
+
+
+def step_command(
+    megahour: str,
+    step: str,
+    run_dir: str | Path,
+    batch: int | None = None,
+    params: Mapping[str, Any] | None = None,
+) -> list[str]:
+    """``megahour ingest step NAME --run-dir DIR [--batch I] [--params JSON]`` as an argument list."""
+    argv = [megahour, "ingest", "step", step, "--run-dir", str(run_dir)]
+    if batch is not None:
+        argv += ["--batch", str(int(batch))]
+    if params is not None:
+        argv += ["--params", json.dumps(dict(params), sort_keys=True, separators=(",", ":"), default=str)]
+    return argv
+
+
+def sbatch_args(
+    step: StepSpec,
+    *,
+    partition: str,
+    name: str,
+    output: str | Path,
+    workdir: str | Path,
+    command: Sequence[str],
+) -> list[str]:
+    """The sbatch call for one step: its resource budget becomes Slurm limits."""
+    return [
+        "sbatch",
+        "--parsable",
+        "--job-name",
+        name,
+        "--partition",
+        partition,
+        "--nodes",
+        "1",
+        "--ntasks",
+        "1",
+        "--cpus-per-task",
+        str(step.cpus),
+        "--mem",
+        f"{step.mem_mb}M",
+        "--time",
+        str(step.time_limit_min),
+        "--chdir",
+        str(workdir),
+        "--output",
+        str(output),
+        "--wrap",
+        shlex.join(command),
+    ]
+
+
+def parse_sbatch_job_id(stdout: str) -> str:
+    """``sbatch --parsable`` prints ``<job id>`` or ``<job id>;<cluster>``."""
+    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    job_id = line.split(";", 1)[0].strip()
+    if not job_id.isdigit():
+        raise ValueError(f"sbatch printed no job id: {stdout!r}")
+    return job_id
+
+
+def squeue_by_name_args(name: str) -> list[str]:
+    return [
+        "squeue",
+        "--noheader",
+        "--name",
+        name,
+        "--states",
+        ",".join(ATTACHABLE_STATES),
+        "--format",
+        "%i|%T",
+    ]
+
+
+def parse_squeue_jobs(stdout: str) -> list[tuple[str, str]]:
+    """``squeue --format %i|%T`` lines as (job id, state), oldest job first."""
+    jobs = []
+    for line in stdout.splitlines():
+        job_id, sep, state = line.strip().partition("|")
+        if sep and job_id.isdigit():
+            jobs.append((job_id, normalize_state(state)))
+    return sorted(jobs, key=lambda job: int(job[0]))
+
+
+def normalize_state(raw: str) -> str:
+    """``CANCELLED by 1000`` / ``CANCELLED+`` / ``completed`` -> ``CANCELLED`` / ``COMPLETED``."""
+    words = raw.strip().split()
+    return words[0].rstrip("+").upper() if words else UNKNOWN_STATE
+
+
+def parse_exit_code(raw: str) -> tuple[int | None, int | None]:
+    """Slurm's ``<exit status>:<signal>``."""
+    status, _, signal = raw.strip().partition(":")
+    try:
+        return int(status), int(signal or 0)
+    except ValueError:
+        return None, None
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    job_id: str
+    state: str
+    exit_code: int | None = None
+    signal: int | None = None
+    stdout: str | None = None  # the job's output file, where Slurm told us
+    detail: str = ""
+
+    @property
+    def finished(self) -> bool:
+        return self.state in TERMINAL_STATES or self.state == UNKNOWN_STATE
+
+    @property
+    def succeeded(self) -> bool:
+        return self.state == "COMPLETED" and self.exit_code == 0 and not self.signal
+
+    def describe(self) -> str:
+        code = "?" if self.exit_code is None else f"{self.exit_code}:{self.signal or 0}"
+        extra = f" ({self.detail})" if self.detail else ""
+        return f"Slurm job {self.job_id} ended {self.state}, exit code {code}{extra}"
+
+    def to_payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_payload(cls, payload: Mapping[str, Any]) -> JobStatus:
+        return cls(
+            job_id=str(payload["job_id"]),
+            state=str(payload.get("state") or UNKNOWN_STATE),
+            exit_code=payload.get("exit_code"),
+            signal=payload.get("signal"),
+            stdout=payload.get("stdout"),
+            detail=str(payload.get("detail") or ""),
+        )
+
+
+_FIELD = re.compile(r"(?:^|\s)(JobId|JobState|ExitCode|StdOut)=(\S*)")
+
+
+def parse_scontrol_job(text: str) -> JobStatus | None:
+    """``scontrol show job --oneliner ID``: state, exit code and output file (None if not understood)."""
+    fields = dict(_FIELD.findall(text))
+    if "JobId" not in fields or "JobState" not in fields:
+        return None
+    exit_code, signal = parse_exit_code(fields.get("ExitCode", ""))
+    stdout = fields.get("StdOut") or None
+    return JobStatus(fields["JobId"], normalize_state(fields["JobState"]), exit_code, signal, stdout)
+
+
+def sacct_args(job_id: str) -> list[str]:
+    return [
+        "sacct",
+        "--noheader",
+        "--parsable2",
+        "--allocations",
+        "--jobs",
+        job_id,
+        "--format",
+        "JobID,State,ExitCode",
+    ]
+
+
+def parse_sacct(text: str, job_id: str) -> JobStatus | None:
+    """``sacct --parsable2 --allocations --format JobID,State,ExitCode``: the job's own line, if any."""
+    for line in text.splitlines():
+        parts = line.strip().split("|")
+        if len(parts) >= 3 and parts[0] == job_id:
+            exit_code, signal = parse_exit_code(parts[2])
+            return JobStatus(job_id, normalize_state(parts[1]), exit_code, signal)
+    return None
+
+
+def tail(path: str | Path | None, lines: int = 40, max_bytes: int = 64 * 1024) -> list[str]:
+    """The last ``lines`` lines of a (possibly large) log file; [] when it cannot be read."""
+    if not path:
+        return []
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(0, 2)
+            size = handle.tell()
+            handle.seek(max(0, size - max_bytes))
+            data = handle.read()
+    except OSError:
+        return []
+    return data.decode(errors="replace").splitlines()[-lines:]
+
+
+# Subprocesses ------------------------------------------------------------------------------------------
+
+
+def _run(argv: Sequence[str], timeout: float = SUBPROCESS_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise AirflowException(f"`{shlex.join(argv)}` could not run: {exc}") from exc
+
+
+async def _run_async(argv: Sequence[str], timeout: float = SUBPROCESS_TIMEOUT_S) -> tuple[int, str, str]:
+    """(returncode, stdout, stderr); a missing binary or a timeout is returncode -1 with a reason."""
+    try:
+        proc = await asyncio.create_subprocess_exec(
+            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
+        )
+    except OSError as exc:
+        return -1, "", f"could not start {argv[0]}: {exc}"
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return -1, "", f"{argv[0]} timed out after {timeout:g}s"
+    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
+
+
+async def query_job(job_id: str) -> tuple[JobStatus | None, str]:
+    """The job's status from slurmctld, or from accounting once slurmctld has forgotten it.
+
+    Returns (status, problem): status None means "could not tell this time" and problem says why.
+    """
+    rc, out, err = await _run_async(["scontrol", "show", "job", "--oneliner", job_id])
+    if rc == 0:
+        status = parse_scontrol_job(out)
+        return (status, "") if status else (None, f"scontrol output not understood: {out.strip()[:200]}")
+    if _INVALID_JOB not in err.lower():
+        return None, f"scontrol failed ({rc}): {err.strip()[:200]}"
+    rc, out, err = await _run_async(sacct_args(job_id))
+    if rc != 0:
+        return None, f"scontrol no longer knows job {job_id} and sacct failed ({rc}): {err.strip()[:200]}"
+    status = parse_sacct(out, job_id)
+    return (status, "") if status else (None, f"job {job_id} is in neither scontrol nor sacct")
+
+
+# Airflow -----------------------------------------------------------------------------------------------
+
+
+class SlurmJobTrigger(BaseTrigger):
+    """Wait in the triggerer until a Slurm job ends; fire once with ``JobStatus.to_payload()``.
+
+    ``log`` is echoed back in the payload (as ``stdout`` when Slurm does not report the output file), so
+    the resumed task finds the job's output even where only the event reaches it (``airflow dags test``).
+    After ``max_misses`` consecutive polls that could not tell the job's state, it fires with state
+    UNKNOWN and the last problem, which fails the task (fail closed, retries decide).
+    """
+
+    def __init__(
+        self,
+        job_id: str,
+        poll_interval: float = 10.0,
+        log: str | None = None,
+        max_misses: int = 30,
+    ) -> None:
+        super().__init__()
+        self.job_id = str(job_id)
+        self.poll_interval = float(poll_interval)
+        self.log_file = log
+        self.max_misses = int(max_misses)
+
+    def serialize(self) -> tuple[str, dict[str, Any]]:
+        return (
+            f"{type(self).__module__}.{type(self).__qualname__}",
+            {
+                "job_id": self.job_id,
+                "poll_interval": self.poll_interval,
+                "log": self.log_file,
+                "max_misses": self.max_misses,
+            },
+        )
+
+    async def run(self) -> AsyncIterator[TriggerEvent]:
+        misses = 0
+        while True:
+            status, problem = await query_job(self.job_id)
+            if status is None:
+                misses += 1
+                self.log.warning("job %s: %s (%d/%d)", self.job_id, problem, misses, self.max_misses)
+                if misses >= self.max_misses:
+                    status = JobStatus(self.job_id, UNKNOWN_STATE, detail=problem)
+            else:
+                misses = 0
+            if status is not None and status.finished:
+                if not status.stdout and self.log_file:
+                    status = JobStatus(**{**status.to_payload(), "stdout": self.log_file})
+                yield TriggerEvent(status.to_payload())
+                return
+            await asyncio.sleep(self.poll_interval)
+
+    async def on_kill(self) -> None:
+        rc, _, err = await _run_async(["scancel", self.job_id])
+        if rc != 0:
+            self.log.warning("scancel %s failed (%d): %s", self.job_id, rc, err.strip())
+
+
+def step_doc(step: StepSpec) -> str:
+    kind = "critical" if step.critical else "non-critical"
+    decides = (
+        "a failure fails the run (summary exits non-zero)"
+        if step.critical
+        else "a failure is reported by summary and does not fail the run"
+    )
+    return (
+        f"**{kind}** ingest step `{step.name}`: {step.doc}.\n\n"
+        f"Slurm job: {step.cpus} CPU, {step.mem_mb} MB, {step.time_limit_min} min; {decides}."
+    )
+
+
+class SlurmStepOperator(BaseOperator):
+    """One ``megahour ingest step`` as a Slurm job; see the module docstring for the life cycle.
+
+    :param step: a name in ``STEPS``; its resources become the job's Slurm limits.
+    :param batch: the batch index for per-batch steps (templated: a mapped task group's argument).
+    :param partition: the Slurm partition (``IngestConfig.partition``).
+    :param megahour: the ``megahour`` command on the compute nodes.
+    :param runs: the folder holding per-run working dirs (``IngestConfig.runs``).
+    :param default_jitter_s: the stagger when the run's params carry no ``jitter_s``.
+    :param final_exit_codes: job exit codes that fail the task without retries (summary's verdict).
+    """
+
+    template_fields: Sequence[str] = ("batch",)
+    ui_color = "#dbe9f6"
+
+    def __init__(
+        self,
+        *,
+        step: str,
+        partition: str,
+        megahour: str,
+        runs: str,
+        batch: Any = None,
+        default_jitter_s: float = 0.0,
+        poll_interval_s: float = 10.0,
+        final_exit_codes: Iterable[int] = (),
+        log_tail_lines: int = 40,
+        **kwargs: Any,
+    ) -> None:
+        step_spec = spec(step)
+        kwargs.setdefault("doc_md", step_doc(step_spec))
+        super().__init__(**kwargs)
+        self.step = step
+        self.batch = batch
+        self.partition = partition
+        self.megahour = megahour
+        self.runs = runs
+        self.default_jitter_s = float(default_jitter_s)
+        self.poll_interval_s = float(poll_interval_s)
+        self.final_exit_codes = tuple(int(code) for code in final_exit_codes)
+        self.log_tail_lines = int(log_tail_lines)
+        self._job_id: str | None = None
+
+    @property
+    def critical(self) -> bool:
+        return STEPS[self.step].critical
+
+    # Life cycle ----------------------------------------------------------------------------------------
+
+    def execute(self, context: Any) -> Any:
+        params = context.get("params") or {}
+        if not step_enabled(params, self.step):
+            raise AirflowSkipException(f"step {self.step} is switched off in this run's params")
+        ti = context["ti"]
+        jitter = params.get("jitter_s")
+        jitter = self.default_jitter_s if jitter is None else float(jitter)
+        delay = stagger_delay(context["run_id"], ti.task_id, ti.map_index, jitter)
+        if delay > 0:
+            self.log.info("staggered start: waiting %.2fs (jitter_s=%g) before sbatch", delay, jitter)
+            self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=delay)), method_name="submit")
+        return self.submit(context)
+
+    def submit(self, context: Any, event: Any = None) -> Any:
+        ti = context["ti"]
+        run_id = context["run_id"]
+        run_dir = run_dir_for(self.runs, run_id)
+        # The job's --output folder must exist before the job starts, or Slurm fails it silently.
+        (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+        name = job_name(run_id, ti.task_id, ti.map_index)
+        batch = self._batch_index()
+
+        live = self._live_jobs(name)
+        if live:
+            job_id, state = live[-1]
+            if len(live) > 1:
+                self.log.warning("several live jobs named %s: %s; following the newest", name, live)
+            output = latest_log(run_dir, self.step, batch)
+            self.log.info("attaching to Slurm job %s (%s, named %s) from an earlier try", job_id, state, name)
+        else:
+            output = log_path(run_dir, self.step, batch, ti.try_number)
+            params = context.get("params") if self.step == "discover" else None
+            command = step_command(self.megahour, self.step, run_dir, batch, params)
+            argv = sbatch_args(
+                STEPS[self.step],
+                partition=self.partition,
+                name=name,
+                output=output,
+                workdir=run_dir,
+                command=command,
+            )
+            self.log.info("submitting: %s", shlex.join(argv))
+            proc = _run(argv)
+            if proc.returncode != 0:
+                raise AirflowException(f"sbatch exited {proc.returncode}: {proc.stderr.strip()}")
+            try:
+                job_id = parse_sbatch_job_id(proc.stdout)
+            except ValueError as exc:
+                raise AirflowException(str(exc)) from None
+            self.log.info("submitted Slurm job %s; output in %s", job_id, output)
+        self._job_id = job_id
+        self.defer(
+            trigger=SlurmJobTrigger(
+                job_id=job_id, poll_interval=self.poll_interval_s, log=str(output) if output else None
+            ),
+            method_name="complete",
+        )
+
+    def complete(self, context: Any, event: Mapping[str, Any] | None = None) -> Any:
+        if not event:
+            raise AirflowException("resumed without a Slurm job event")
+        status = JobStatus.from_payload(event)
+        self._job_id = status.job_id
+        lines = tail(status.stdout, self.log_tail_lines)
+        if lines:
+            self.log.info("last %d lines of %s:\n%s", len(lines), status.stdout, "\n".join(lines))
+        else:
+            self.log.info("no job output to show (%s)", status.stdout or "output file unknown")
+        if status.succeeded:
+            self.log.info("%s", status.describe())
+            return self._result(context)
+        if status.exit_code in self.final_exit_codes:
+            raise AirflowFailException(status.describe())
+        raise AirflowException(status.describe())
+
+    def on_kill(self) -> None:
+        if self._job_id:
+            self.log.info("cancelling Slurm job %s", self._job_id)
+            _run(["scancel", self._job_id])
+
+    # Helpers -------------------------------------------------------------------------------------------
+
+    def _batch_index(self) -> int | None:
+        if self.batch is None or self.batch == "":
+            return None
+        return int(self.batch)
+
+    def _live_jobs(self, name: str) -> list[tuple[str, str]]:
+        proc = _run(squeue_by_name_args(name))
+        if proc.returncode != 0:
+            # Fail closed: not knowing whether a job is running must not submit a duplicate.
+            raise AirflowException(f"squeue exited {proc.returncode}: {proc.stderr.strip()}")
+        return parse_squeue_jobs(proc.stdout)
+
+    def _result(self, context: Any) -> Any:
+        """What the task returns (its XCom): plan returns the batch indexes the DAG maps over."""
+        if self.step == "plan":
+            return list(range(batch_count(run_dir_for(self.runs, context["run_id"]))))
+        return None
