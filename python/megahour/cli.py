@@ -659,13 +659,7 @@ def _cmd_ingest_plan(args: argparse.Namespace, console: Console) -> int:
     cfg = _ingest_config(args)
     files = sorted(p for p in Path(args.landing or cfg.landing).glob("*.mcap") if p.is_file())
     sizes = [p.stat().st_size for p in files]
-    constraints = binpack.Constraints(
-        max_workers=args.max_workers or cfg.max_workers,
-        worker_bytes_per_s=cfg.worker_bandwidth_mb_s * MB,
-        network_bytes_per_s=cfg.network_mb_s * MB,
-        db_rows_per_s=cfg.db_rows_per_s,
-        worker_overhead_s=cfg.worker_overhead_s,
-    )
+    constraints = cfg.constraints(args.max_workers)
     chosen = binpack.plan(sizes, constraints)
     result = {**chosen.to_dict(), "files": [[str(files[i]) for i in b] for b in chosen.batches]}
     text = (

@@ -134,6 +134,8 @@ def build_ingest_dag(config_path: str | Path | None = None) -> DAG:
         dag_id=DAG_ID,
         schedule=None,
         catchup=False,
+        # Runs only start when triggered (schedule None), so a paused DAG would only make triggers queue.
+        is_paused_upon_creation=False,
         params=dag_params(config),
         default_args={"retries": config.retries, "retry_delay": RETRY_DELAY},
         doc_md=__doc__,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import yaml
 
+from megahour.ingest.binpack import Constraints
+
 DEFAULT_PATH = Path("/etc/megahour/ingest.yml")
 ENV_PATH = "MEGAHOUR_INGEST_CONFIG"
 MB = 1_000_000
@@ -50,6 +52,16 @@ class IngestConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def constraints(self, max_workers: int | None = None) -> Constraints:
+        """The bin-packer's constraints from these settings (``max_workers`` overrides the setting)."""
+        return Constraints(
+            max_workers=max_workers or self.max_workers,
+            worker_bytes_per_s=self.worker_bandwidth_mb_s * MB,
+            network_bytes_per_s=self.network_mb_s * MB,
+            db_rows_per_s=self.db_rows_per_s,
+            worker_overhead_s=self.worker_overhead_s,
+        )
 
     @classmethod
     def from_dict(cls, data: dict, where: str = "ingest settings") -> IngestConfig:

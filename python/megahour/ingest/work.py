@@ -30,7 +30,7 @@ from megahour.episodes.layout import read_pattern
 from megahour.episodes.source import LocalSource
 from megahour.episodes.transcode import TranscodeOptions, transcode
 from megahour.ingest import binpack, quarantine, storage
-from megahour.ingest.config import MB, IngestConfig
+from megahour.ingest.config import IngestConfig
 from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
 from megahour.ingest.runfiles import RunDir, RunDirError, write_json
 from megahour.ingest.steps import enabled_steps, run_outcome, spec
@@ -163,14 +163,7 @@ def plan(ctx: StepContext) -> dict:
         ctx.run.plan_json.parent.mkdir(parents=True, exist_ok=True)
         write_json(ctx.run.plan_json, result)
         return result
-    cfg = ctx.config
-    constraints = binpack.Constraints(
-        max_workers=ctx.params["max_workers"],
-        worker_bytes_per_s=cfg.worker_bandwidth_mb_s * MB,
-        network_bytes_per_s=cfg.network_mb_s * MB,
-        db_rows_per_s=cfg.db_rows_per_s,
-        worker_overhead_s=cfg.worker_overhead_s,
-    )
+    constraints = ctx.config.constraints(ctx.params["max_workers"])
     chosen = binpack.plan([f["bytes"] for f in files], constraints)
     result = chosen.to_dict()
     result["files"] = [[files[i]["path"] for i in batch] for batch in chosen.batches]
