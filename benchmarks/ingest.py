@@ -145,7 +145,11 @@ class Airflow:
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
 
+    def unpause(self) -> None:
+        self._request("PATCH", f"/api/v2/dags/{DAG_ID}", {"is_paused": False})
+
     def trigger(self, conf: dict, run_id: str) -> str:
+        self.unpause()  # a run triggered on a paused DAG only queues
         body = {"dag_run_id": run_id, "logical_date": None, "conf": conf}
         return self._request("POST", f"/api/v2/dags/{DAG_ID}/dagRuns", body)["dag_run_id"]
 
@@ -222,21 +226,30 @@ def run_monolithic(base: str) -> dict:
 def airflow_client() -> Airflow:
     address = in_container(CONTROLLER, "hostname -I").stdout.split()[0]
     secrets = REPO / "inventories" / "local" / ".secrets"
-    password = (secrets / "airflow_admin_password").read_text().strip()
+    password = (secrets / "airflow_admin").read_text().strip()
     return Airflow(f"http://{address}:8080", "admin", password)
 
 
+SAMPLER_PID = "/tmp/megahour-pg-sampler.pid"
 PG_SAMPLER = (
-    "runuser -u postgres -- psql -XAtq -d airflow "
+    f"echo $$ > {SAMPLER_PID}; exec runuser -u postgres -- psql -XAtq -d airflow "
     '-c "select extract(epoch from clock_timestamp()), pg_snapshot_xmax(pg_current_snapshot()), '
     "pg_current_wal_lsn() - '0/0'::pg_lsn\" -c '\\watch 0.25' > /tmp/megahour-pg-samples 2>&1"
 )
 
 
+def stop_sampler() -> None:
+    in_container(
+        CONTROLLER,
+        f"if [ -f {SAMPLER_PID} ]; then kill $(cat {SAMPLER_PID}) || true; rm -f {SAMPLER_PID}; fi",
+    )
+
+
 def run_dag(client: Airflow, base: str, run_id: str, jitter_s: float, sample: bool = False) -> dict:
     conf = {"landing": f"{base}/landing", "storage": f"{base}/storage-{run_id}", "jitter_s": jitter_s}
     if sample:
-        in_container(CONTROLLER, "pkill -f 'watch 0.25' || true; rm -f /tmp/megahour-pg-samples")
+        stop_sampler()
+        in_container(CONTROLLER, "rm -f /tmp/megahour-pg-samples")
         podman("exec", "-d", CONTROLLER, "bash", "-lc", PG_SAMPLER)
     began = time.perf_counter()
     client.trigger(conf, run_id)
@@ -248,7 +261,7 @@ def run_dag(client: Airflow, base: str, run_id: str, jitter_s: float, sample: bo
         summary = json.loads(summary_path.read_text())
         result.update(registered=summary["registered"], quarantined=len(summary["quarantined"]))
     if sample:
-        in_container(CONTROLLER, "pkill -f 'watch 0.25' || true")
+        stop_sampler()
         text = in_container(CONTROLLER, "cat /tmp/megahour-pg-samples").stdout
         result.update(write_bursts(text))
     return result

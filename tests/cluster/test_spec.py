@@ -1,7 +1,7 @@
 import pytest
 import yaml
 
-from megahour.cluster.spec import ClusterSpec, SpecError
+from megahour.cluster.spec import EXPECTED_SERVICES, SHARED_MOUNT, ClusterSpec, SpecError, shared_volume_name
 
 
 def test_default_shape_is_controller_and_two_gpu_nodes():
@@ -45,6 +45,26 @@ def test_inventory_groups_and_gpu_vars():
     cluster = inv["all"]["children"]["cluster"]
     assert list(cluster["children"]["controller"]["hosts"]) == ["ctl"]
     assert list(inv["all"]["children"]["warehouse"]["hosts"]) == ["ctl"]
+    # Airflow runs on the controller container too (no separate orchestration container).
+    assert list(inv["all"]["children"]["airflow"]["hosts"]) == ["ctl"]
     assert list(cluster["children"]["compute"]["hosts"]) == ["gpu-1", "gpu-2", "gpu-3"]
     assert cluster["children"]["compute"]["vars"]["megahour_gpu"] == {"model": "h200", "count": 4}
     assert cluster["vars"]["ansible_connection"] == "containers.podman.podman"
+
+
+def test_every_host_mounts_the_shared_volume_at_srv_megahour():
+    spec = ClusterSpec(name="lab")
+    assert spec.shared_volume == shared_volume_name("lab") == "megahour-lab-shared"
+    for host in spec.hosts:
+        args = spec.run_args(host)
+        volumes = [args[i + 1] for i, a in enumerate(args) if a == "--volume"]
+        assert volumes == [f"megahour-lab-shared:{SHARED_MOUNT}"]
+        assert SHARED_MOUNT == "/srv/megahour"
+
+
+def test_status_checks_postgres_and_the_airflow_services_on_the_controller():
+    controller = EXPECTED_SERVICES["controller"]
+    for unit in ("postgresql", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"):
+        assert unit in controller
+    assert "airflow-triggerer" in controller
+    assert not any(s.startswith("airflow") for s in EXPECTED_SERVICES["compute"])

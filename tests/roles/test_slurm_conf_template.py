@@ -88,3 +88,27 @@ def test_node_lines_come_from_facts_and_the_gpu_declaration(render):
         "NodeName=gpu-2 CPUs=16 RealMemory=900 Gres=gpu:h100:4 State=UNKNOWN",
     ]
     assert "PartitionName=gpu Nodes=gpu-1,gpu-2 Default=YES MaxTime=INFINITE State=UP" in lines
+
+
+def test_ingest_partition_is_rendered_over_the_compute_nodes_and_is_not_the_default(render):
+    _, lines = render("22.05.8")
+    partitions = {line.split()[0]: line for line in lines if line.startswith("PartitionName=")}
+    assert set(partitions) == {"PartitionName=gpu", "PartitionName=ingest"}
+    assert "Default=YES" in partitions["PartitionName=gpu"]
+    ingest = partitions["PartitionName=ingest"].split()
+    assert "Nodes=gpu-1,gpu-2" in ingest
+    assert "Default=NO" in ingest
+    assert "State=UP" in ingest
+
+
+def test_cgroup_conf_constrains_cores_memory_and_devices(render, tmp_path):
+    render("22.05.8")
+    lines = (tmp_path / "slurm-22.05.8.conf.cgroup").read_text().splitlines()
+    settings = dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+    # task/cgroup holds each job step to its --cpus-per-task, --mem and GPUs only with these set.
+    assert settings == {
+        "ConstrainCores": "yes",
+        "ConstrainRAMSpace": "yes",
+        "ConstrainSwapSpace": "yes",
+        "ConstrainDevices": "yes",
+    }

@@ -15,7 +15,14 @@ from rich.console import Console
 from megahour.atomicio import atomic_write_text
 from megahour.cluster import podman
 from megahour.cluster.images import BaseRecipe, NodeRecipe, debian_mirror_from_sources
-from megahour.cluster.spec import CLUSTER_LABEL, EXPECTED_SERVICES, ROLE_LABEL, ClusterSpec
+from megahour.cluster.spec import (
+    CLUSTER_LABEL,
+    EXPECTED_SERVICES,
+    ROLE_LABEL,
+    SHARED_MOUNT,
+    ClusterSpec,
+    shared_volume_name,
+)
 
 HOST_CA_GLOB = "/usr/local/share/ca-certificates/**/*.crt"
 APT_SOURCE_GLOBS = (
@@ -108,6 +115,9 @@ def up(spec: ClusterSpec, inventory_path: Path, console: Console) -> None:
     if not podman.network_exists(spec.network):
         podman.podman(["network", "create", spec.network])
         console.print(f"[green]✓[/] network {spec.network}")
+    if not podman.volume_exists(spec.shared_volume):
+        podman.podman(["volume", "create", "--label", f"{CLUSTER_LABEL}={spec.name}", spec.shared_volume])
+        console.print(f"[green]✓[/] volume {spec.shared_volume} (shared {SHARED_MOUNT} on every host)")
     for host in spec.hosts:
         if podman.container_exists(host.name):
             info = podman.inspect_container(host.name)
@@ -164,6 +174,11 @@ def down(spec_name: str, network: str, inventory_path: Path, console: Console) -
     if podman.network_exists(network):
         podman.podman(["network", "rm", network])
         console.print(f"[green]✓[/] removed network {network}")
+    # The shared /srv/megahour (landing, storage, ingest runs) goes with the cluster.
+    volume = shared_volume_name(spec_name)
+    if podman.volume_exists(volume):
+        podman.podman(["volume", "rm", "--force", volume])
+        console.print(f"[green]✓[/] removed volume {volume} (the cluster's {SHARED_MOUNT})")
     if inventory_path.exists():
         inventory_path.unlink()
         console.print(f"[green]✓[/] removed {inventory_path}")

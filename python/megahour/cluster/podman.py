@@ -39,6 +39,10 @@ def network_exists(name: str) -> bool:
     return podman(["network", "exists", name], check=False).returncode == 0
 
 
+def volume_exists(name: str) -> bool:
+    return podman(["volume", "exists", name], check=False).returncode == 0
+
+
 def container_exists(name: str) -> bool:
     return podman(["container", "exists", name], check=False).returncode == 0
 

@@ -13,6 +13,15 @@ CLUSTER_LABEL = "megahour.cluster"
 ROLE_LABEL = "megahour.role"
 CONTROLLER_NAME = "ctl"
 COMPUTE_PREFIX = "gpu-"
+# Every container mounts one podman named volume here: the cluster's shared filesystem
+# (landing, storage, ingest runs), as a vendor's NFS/Lustre mount would be.
+SHARED_MOUNT = "/srv/megahour"
+
+
+def shared_volume_name(cluster_name: str) -> str:
+    """The podman named volume every container of cluster ``cluster_name`` mounts at SHARED_MOUNT."""
+    return f"megahour-{cluster_name}-shared"
+
 
 # Services each role must run once deployed; `cluster status` reports them.
 EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
@@ -26,6 +35,12 @@ EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
         "prometheus-alertmanager",
         "prometheus-node-exporter",
         "clickhouse-server",  # the warehouse role runs on the controller container
+        # The airflow role (ingestion) runs on the controller container too.
+        "postgresql",
+        "airflow-api-server",
+        "airflow-scheduler",
+        "airflow-dag-processor",
+        "airflow-triggerer",
     ),
     "compute": ("munge", "slurmd", "prometheus-node-exporter"),
 }
@@ -57,6 +72,10 @@ class ClusterSpec:
     gpu_model: str = "h100"
     image: str = "localhost/megahour-node:latest"
     hosts: tuple[HostSpec, ...] = field(init=False)
+
+    @property
+    def shared_volume(self) -> str:
+        return shared_volume_name(self.name)
 
     def __post_init__(self) -> None:
         if self.compute_nodes < 1:
@@ -94,6 +113,8 @@ class ClusterSpec:
             f"{CLUSTER_LABEL}={self.name}",
             "--label",
             f"{ROLE_LABEL}={host.role}",
+            "--volume",
+            f"{self.shared_volume}:{SHARED_MOUNT}",
         ]
         for device in host.devices:
             args += ["--device", device]
@@ -124,6 +145,9 @@ class ClusterSpec:
                     },
                     # The ClickHouse warehouse (roles/warehouse) runs on the controller container.
                     "warehouse": {"hosts": dict(controller)},
+                    # Airflow (roles/airflow) runs on the controller container as well: it only
+                    # submits Slurm jobs and waits on them; the work runs on the compute nodes.
+                    "airflow": {"hosts": dict(controller)},
                 }
             }
         }

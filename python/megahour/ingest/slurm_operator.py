@@ -362,7 +362,7 @@ class SlurmJobTrigger(BaseTrigger):
     def __init__(
         self,
         job_id: str,
-        poll_interval: float = 10.0,
+        poll_interval: float = 2.0,
         log: str | None = None,
         max_misses: int = 30,
     ) -> None:
@@ -444,7 +444,7 @@ class SlurmStepOperator(BaseOperator):
         runs: str,
         batch: Any = None,
         default_jitter_s: float = 0.0,
-        poll_interval_s: float = 10.0,
+        poll_interval_s: float = 2.0,  # a step boundary waits up to this long; scontrol is cheap
         final_exit_codes: Iterable[int] = (),
         log_tail_lines: int = 40,
         **kwargs: Any,

@@ -1,0 +1,110 @@
+"""The airflow role's templates (airflow.cfg, ingest.yml, units), rendered by ansible-playbook here."""
+
+import configparser
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, tool
+
+pytestmark = pytest.mark.integration
+PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_airflow.yml"
+
+# The keys of /etc/megahour/ingest.yml fixed by the ingest contract (issue 6).
+CONTRACT_KEYS = {
+    "landing",
+    "storage",
+    "runs",
+    "partition",
+    "megahour",
+    "max_workers",
+    "worker_bandwidth_mb_s",
+    "network_mb_s",
+    "db_rows_per_s",
+    "stagger_jitter_s",
+    "retries",
+}
+
+
+@pytest.fixture
+def render(run, tmp_path):
+    inventory = {
+        "all": {
+            "hosts": {
+                "ctl": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                }
+            }
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+
+    def _render(**extra):
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+        proc = run(
+            [
+                tool("ansible-playbook"),
+                "-i",
+                str(tmp_path / "hosts.yml"),
+                str(PLAYBOOK),
+                "-e",
+                json.dumps({"out": str(out), **extra}),
+            ]
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        cfg = configparser.ConfigParser(interpolation=None)
+        cfg.read(out / "airflow.cfg")
+        return cfg, yaml.safe_load((out / "ingest.yml").read_text()), out
+
+    return _render
+
+
+def test_ingest_yml_has_the_contract_keys(render):
+    _, ingest, _ = render()
+    assert set(ingest) == CONTRACT_KEYS
+    assert ingest["landing"] == "/srv/megahour/landing"
+    assert ingest["storage"] == "/srv/megahour/storage"
+    assert ingest["runs"] == "/srv/megahour/ingest/runs"
+    assert ingest["partition"] == "ingest"
+    assert ingest["megahour"] == "/usr/local/bin/megahour"
+
+
+def test_ingest_yml_user_keys_win_and_null_drops(render):
+    _, ingest, _ = render(
+        airflow_ingest_config={"max_workers": 6, "retries": None}, megahour_shared_root="/shared"
+    )
+    assert ingest["max_workers"] == 6
+    assert "retries" not in ingest
+    assert ingest["landing"] == "/shared/landing"
+
+
+def test_airflow_cfg_local_executor_simple_auth_and_no_secrets(render):
+    cfg, _, out = render()
+    assert cfg["core"]["executor"] == "LocalExecutor"
+    assert cfg["core"]["simple_auth_manager_users"] == "admin:admin"
+    assert cfg["core"]["execution_api_server_url"] == "http://10.88.0.5:8080/execution/"
+    assert cfg["api"]["host"] == "10.88.0.5"
+    # Secrets are read from files by the *_cmd options, never written into airflow.cfg.
+    for section, key in [
+        ("database", "sql_alchemy_conn"),
+        ("core", "fernet_key"),
+        ("api", "secret_key"),
+        ("api_auth", "jwt_secret"),
+    ]:
+        assert key not in cfg[section]
+        assert cfg[section][f"{key}_cmd"].startswith("cat /var/lib/airflow/secrets/")
+    unit = (out / "airflow-scheduler.service").read_text()
+    assert "User=airflow" in unit
+    assert "ExecStart=/opt/airflow/venv/bin/airflow scheduler" in unit
+    assert "After=network-online.target postgresql.service airflow-api-server.service" in unit
+
+
+def test_airflow_cfg_user_sections_merge_and_null_drops(render):
+    cfg, _, _ = render(airflow_config={"core": {"parallelism": 32, "load_examples": None}, "smtp": {"x": 1}})
+    assert cfg["core"]["parallelism"] == "32"
+    assert "load_examples" not in cfg["core"]
+    assert cfg["core"]["executor"] == "LocalExecutor"
+    assert cfg["smtp"]["x"] == "1"
