@@ -231,10 +231,15 @@ def airflow_client() -> Airflow:
 
 
 SAMPLER_PID = "/tmp/megahour-pg-sampler.pid"
+# psql's -c cannot mix SQL and a meta-command, and a second -c '\\watch' re-runs an empty buffer (one
+# sample only); fed on stdin, `<query> \\watch 0.25` repeats the query every 0.25 s in one session.
+PG_SAMPLE_QUERY = (
+    "select extract(epoch from clock_timestamp()), pg_snapshot_xmax(pg_current_snapshot()), "
+    "pg_current_wal_lsn() - '0/0'::pg_lsn \\watch 0.25"
+)
 PG_SAMPLER = (
     f"echo $$ > {SAMPLER_PID}; exec runuser -u postgres -- psql -XAtq -d airflow "
-    '-c "select extract(epoch from clock_timestamp()), pg_snapshot_xmax(pg_current_snapshot()), '
-    "pg_current_wal_lsn() - '0/0'::pg_lsn\" -c '\\watch 0.25' > /tmp/megahour-pg-samples 2>&1"
+    f"> /tmp/megahour-pg-samples 2>&1 <<< {shlex.quote(PG_SAMPLE_QUERY)}"
 )
 
 

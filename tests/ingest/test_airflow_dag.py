@@ -134,6 +134,8 @@ def test_params(dag) -> None:
     assert params["landing"].endswith("/landing")
     # discover checks the same keys again (work.normalize_params): the two lists must not drift.
     assert set(params) == set(RUN_PARAMS)
+    # summary decides the run: the params schema does not let a run switch it off.
+    assert dag.params.get_param("steps").schema["properties"]["summary"] == {"const": True}
 
 
 def test_retries_and_the_final_verdict(dag) -> None:

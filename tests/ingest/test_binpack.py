@@ -91,6 +91,11 @@ def test_no_files_and_negative_sizes_are_refused() -> None:
         binpack.pack([1, -3], 2)
 
 
+def test_empty_files_plan_without_dividing_by_zero() -> None:
+    c = Constraints(max_workers=4, worker_bytes_per_s=1.0, db_rows_per_s=10)
+    assert binpack.plan([0, 0, 0], c).workers >= 1
+
+
 def test_baselines_cover_every_file() -> None:
     for split in (binpack.round_robin(10, 3), binpack.count_equal(10, 3)):
         assert sorted(i for b in split for i in b) == list(range(10))

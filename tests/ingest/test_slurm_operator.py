@@ -341,6 +341,15 @@ def test_switched_off_step_skips_without_submitting(tmp_path, slurm) -> None:
     assert slurm.calls() == []
 
 
+def test_summary_is_never_skipped_because_it_decides_the_run(tmp_path, slurm) -> None:
+    op = make_op(tmp_path, "summary")
+    with pytest.raises(TaskDeferred) as deferred:  # submitted: a skipped leaf would make the run green
+        op.execute(context(op, {"steps": {"summary": False}}))
+    assert deferred.value.method_name == "complete"
+    assert deferred.value.timeout is not None  # a job that never ends cannot hold the run forever
+    assert len(slurm.calls("sbatch")) == 1
+
+
 def test_jitter_defers_to_a_time_trigger_first(tmp_path, slurm) -> None:
     op = make_op(tmp_path, "transcode")
     with pytest.raises(TaskDeferred) as deferred:

@@ -51,6 +51,12 @@ def test_switched_off_steps_are_not_failures() -> None:
     assert {o.step for o in outcome.steps if o.status == "off"} == {"previews", "validate"}
 
 
+def test_an_empty_landing_zone_is_a_green_run_with_no_batch_steps() -> None:
+    outcome = run_outcome(enabled_steps({}), 0, {"discover.json", "plan.json"})
+    assert outcome.succeeded
+    assert {o.step for o in outcome.steps} == {"discover", "plan"}
+
+
 def test_a_run_without_a_plan_fails() -> None:
     outcome = run_outcome(enabled_steps({}), None, {"discover.json"})
     assert not outcome.succeeded

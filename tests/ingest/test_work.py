@@ -149,8 +149,56 @@ def test_steps_switched_off_are_skipped_and_validate_off_still_quarantines(
     assert list(quarantine.reasons(warehouse)) == [next(e for e in episodes if e.corrupt).episode_id]
 
 
+def test_a_rerun_of_the_same_run_is_judged_by_its_own_results(fresh, warehouse, tmp_path) -> None:
+    config, _ = fresh
+    run_dir = tmp_path / "runs" / "again"
+    summary, _ = _run_dag_like(config, warehouse, run_dir)
+    assert summary["succeeded"]
+    # The run is cleared and goes again, and this time upload fails: old results must not hide it.
+    summary, failed = _run_dag_like(config, warehouse, run_dir, {"fail_steps": ["upload"]})
+    assert summary is None and ("upload", 0) in failed
+
+
+def test_unsafe_episode_ids_and_environment_errors_are_not_quarantined_as_corrupt(
+    fresh, warehouse, tmp_path, monkeypatch
+) -> None:
+    config, episodes = fresh
+    good = next(e for e in episodes if not e.corrupt)
+    with pytest.raises(work.StepFailed, match="not a safe file name"):
+        monkeypatch.setattr(work.mcapio, "open_index", _index_with_id("../../steps/register-0"))
+        work.raw_info(good.path)
+    monkeypatch.undo()
+    run_dir = tmp_path / "runs" / "perm"
+    work.execute("discover", run_dir, params={"max_workers": 1}, config=config, warehouse=warehouse)
+    work.execute("plan", run_dir, config=config, warehouse=warehouse)
+
+    def denied(path):
+        raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(work, "check_raw", denied)
+    with pytest.raises(work.StepFailed, match="EACCES"):
+        work.execute("validate", run_dir, 0, config=config, warehouse=warehouse)
+    assert quarantine.reasons(warehouse) == {}
+
+
+def _index_with_id(episode_id: str):
+    real = work.mcapio.open_index
+
+    def fake(source):
+        index = real(source)
+        index.metadata[work.LABELS_METADATA] = {
+            **index.metadata[work.LABELS_METADATA],
+            "episode_id": episode_id,
+        }
+        return index
+
+    return fake
+
+
 def test_bad_params_are_refused_with_the_names(fresh, warehouse, tmp_path) -> None:
     config, _ = fresh
+    with pytest.raises(work.StepFailed, match="credentials"):
+        work.execute("discover", tmp_path / "r", params={"warehouse": "http://u:p@h:8123"}, config=config)
     with pytest.raises(work.StepFailed, match="unknown run params colour"):
         work.execute("discover", tmp_path / "r", params={"colour": 1}, config=config, warehouse=warehouse)
     with pytest.raises(ValueError, match="qcc"):

@@ -74,7 +74,10 @@ def dag_params(config: IngestConfig) -> dict[str, Param]:
         "steps": Param(
             {name: True for name in STEPS},
             type="object",
-            properties={name: {"type": "boolean"} for name in STEPS},
+            # summary decides the run, so it cannot be switched off.
+            properties={
+                name: {"type": "boolean"} if name != "summary" else {"const": True} for name in STEPS
+            },
             additionalProperties=False,
             description="Switch steps on or off for this run; a switched-off step is skipped.",
         ),

@@ -93,12 +93,12 @@ def choose_workers(sizes: Sequence[int], c: Constraints) -> tuple[int, str, floa
     if not sizes:
         raise PlanError("no files to plan; put raw episodes in the landing zone first")
     total = sum(sizes)
-    mean = total / len(sizes)
+    mean = max(total / len(sizes), 1.0)  # empty files still cost a warehouse row each
     cap = min(c.max_workers, len(sizes))
     estimates = []
     for w in range(1, cap + 1):
         rate, _ = _rate(w, mean, c)
-        estimates.append((total / rate + w * c.worker_overhead_s, w))
+        estimates.append((max(total, 1) / rate + w * c.worker_overhead_s, w))
     best = min(t for t, _ in estimates)
     makespan, workers = next((t, w) for t, w in estimates if t <= best * (1 + NEAR_TIE))
     if workers == cap:

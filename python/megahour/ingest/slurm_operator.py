@@ -61,7 +61,11 @@ TERMINAL_STATES = frozenset(
     }
 )
 # What squeue is asked for when looking for a job to attach to (a live job of the same name).
-ATTACHABLE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING", "SUSPENDED", "REQUEUED")
+# Not COMPLETING: a job on its way out (say, cancelled by on_kill) must not be adopted; resubmitting is
+# idempotent.
+ATTACHABLE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED")
+# How long past its own time limit a step may stay unfinished (queued, held) before the task gives up.
+QUEUE_ALLOWANCE = timedelta(hours=1)
 UNKNOWN_STATE = "UNKNOWN"
 SUBPROCESS_TIMEOUT_S = 60.0
 _INVALID_JOB = "invalid job id"
@@ -471,7 +475,8 @@ class SlurmStepOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         params = context.get("params") or {}
-        if not step_enabled(params, self.step):
+        # summary is the DAG's only leaf and decides the run: a skipped leaf would count as success.
+        if self.step != "summary" and not step_enabled(params, self.step):
             raise AirflowSkipException(f"step {self.step} is switched off in this run's params")
         ti = context["ti"]
         jitter = params.get("jitter_s")
@@ -525,6 +530,8 @@ class SlurmStepOperator(BaseOperator):
                 job_id=job_id, poll_interval=self.poll_interval_s, log=str(output) if output else None
             ),
             method_name="complete",
+            # A job that never ends (held, its partition down) must not leave the run waiting forever.
+            timeout=timedelta(minutes=spec(self.step).time_limit_min) + QUEUE_ALLOWANCE,
         )
 
     def complete(self, context: Any, event: Mapping[str, Any] | None = None) -> Any:

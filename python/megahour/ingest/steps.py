@@ -103,7 +103,9 @@ def run_outcome(enabled: Mapping[str, bool], batches: int | None, finished: set[
     for name, step in STEPS.items():
         if name == "summary":
             continue
-        indexes: list[int | None] = list(range(batches)) if step.per_batch and batches else [None]
+        # batches None: planning never finished (each per-batch step counts once, as failed);
+        # 0: an empty landing zone, so there are no per-batch steps at all.
+        indexes: list[int | None] = list(range(batches)) if step.per_batch and batches is not None else [None]
         for batch in indexes:
             if not enabled.get(name, True):
                 status = "off"

@@ -12,11 +12,14 @@ reason row in the warehouse's quarantine table, and left out of the later steps.
 from __future__ import annotations
 
 import datetime as dt
+import errno
 import io
 import itertools
 import json
 import os
+import re
 import time
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +44,21 @@ QUARANTINE_KEY = "quarantine"
 # What a broken raw file can raise while it is read, checked or transcoded: the episode layer's typed
 # errors, and the OS/codec errors of damaged bytes (Pillow's UnidentifiedImageError is an OSError).
 EPISODE_FAILURES = (EpisodeError, OSError, ValueError, EOFError)
+# OSErrors that say something about this node or the filesystem, not the episode: the step must fail and
+# be retried (or fixed), never quarantine a good episode.
+ENVIRONMENT_ERRNOS = frozenset(
+    {
+        errno.EACCES,
+        errno.EPERM,
+        errno.ENOSPC,
+        errno.EIO,
+        errno.ESTALE,
+        errno.ENOMEM,
+        errno.EROFS,
+        errno.EDQUOT,
+    }
+)
+SAFE_EPISODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 Log = Callable[[str], None]
 # The keys a run's params may hold (the Airflow DAG's params; a test keeps the two in step).
@@ -86,6 +104,11 @@ def normalize_params(params: dict | None, config: IngestConfig) -> dict:
         raise StepFailed(
             f"unknown run params {', '.join(unknown)}; the params are {', '.join(sorted(known))}"
         )
+    if "@" in str(params.get("warehouse") or ""):
+        raise StepFailed(
+            "the warehouse param must not carry credentials (it is stored in run.json and job logs); "
+            "give the URL only and keep the password in the node's /etc/megahour/warehouse.yml"
+        )
     steps = enabled_steps(params.get("steps"))
     fail_steps = list(params.get("fail_steps") or [])
     enabled_steps(dict.fromkeys(fail_steps, True))  # same name check
@@ -120,6 +143,10 @@ def execute(
     if step == "discover":
         run_params = normalize_params(params, config)
         run.path.mkdir(parents=True, exist_ok=True)
+        # discover starts the run over: results and the plan of an earlier try of this run are stale.
+        run.plan_json.unlink(missing_ok=True)
+        for stale in run.steps.glob("*.json") if run.steps.is_dir() else ():
+            stale.unlink()
         write_json(run.run_json, {"params": run_params, "config": config.to_dict(), "run_id": run.path.name})
     else:
         run_params = run.run()["params"]
@@ -129,6 +156,8 @@ def execute(
         return {"status": "off"}
     if step in run_params["fail_steps"]:
         raise DrillFailure(f"{step}: failing on purpose (the run's fail_steps drill)")
+    # A rerun (a cleared task, a cleared run) must not be judged by what an earlier try left behind.
+    run.result_path(step, batch).unlink(missing_ok=True)
     began = time.perf_counter()
     result = _STEPS[step](ctx, batch) if step_spec.per_batch else _STEPS[step](ctx)
     result["seconds"] = round(time.perf_counter() - began, 3)
@@ -196,8 +225,14 @@ def raw_info(path: str) -> dict:
             f"{path}: no {', '.join(missing)} in the {LABELS_METADATA} metadata; the recorder must write "
             "the episode's labels"
         )
+    episode_id = labels.get("episode_id") or Path(path).stem
+    if not SAFE_EPISODE_ID.match(episode_id) or ".." in episode_id:
+        raise StepFailed(
+            f"{path}: episode id {episode_id!r} is not a safe file name; the recorder must use letters, "
+            "digits, '.', '_' and '-' only"
+        )
     return {
-        "episode_id": labels.get("episode_id") or Path(path).stem,
+        "episode_id": episode_id,
         "source": path,
         "labels": {k: labels[k] for k in LABEL_KEYS},
         "start_ns": index.start_ns,
@@ -251,9 +286,20 @@ def validate(ctx: StepContext, batch: int) -> dict:
         try:
             ok.append(check_raw(path))
         except (*EPISODE_FAILURES, StepFailed) as exc:
+            _not_the_episode(exc, path)
             bad.append(_quarantine(ctx, path, Path(path).stem, _reason(exc)))
     ctx.log(f"validate batch {batch}: {len(ok)} good, {len(bad)} quarantined")
     return {"ok": ok, "quarantined": bad}
+
+
+def _not_the_episode(exc: BaseException, path: str) -> None:
+    """Raise StepFailed when ``exc`` is the node's or the filesystem's fault (the step retries)."""
+    if isinstance(exc, OSError) and exc.errno in ENVIRONMENT_ERRNOS:
+        raise StepFailed(
+            f"{path}: {exc.strerror} ({errno.errorcode.get(exc.errno, exc.errno)}); this is the node's or "
+            "the shared filesystem's problem, not the episode's: fix permissions or space, and the retry "
+            "resumes"
+        ) from exc
 
 
 def _reason(exc: BaseException) -> str:
@@ -270,6 +316,7 @@ def _validated(ctx: StepContext, batch: int) -> list[dict]:
         try:
             episodes.append(raw_info(path))
         except (*EPISODE_FAILURES, StepFailed) as exc:
+            _not_the_episode(exc, path)
             _quarantine(ctx, path, Path(path).stem, _reason(exc))
     return episodes
 
@@ -290,6 +337,7 @@ def transcode_batch(ctx: StepContext, batch: int) -> dict:
             try:
                 report = transcode(episode["source"], out, options).to_dict()
             except EPISODE_FAILURES as exc:
+                _not_the_episode(exc, episode["source"])
                 bad.append(_quarantine(ctx, episode["source"], episode_id, _reason(exc)))
                 continue
             atomic_write_text(report_path, json.dumps(report, sort_keys=True))
@@ -323,7 +371,9 @@ def upload(ctx: StepContext, batch: int) -> dict:
 
 def episode_record(episode: dict, pattern: str) -> schema.EpisodeRecord:
     labels = episode["labels"]
-    with LocalSource(episode["staged"]) as src:
+    with LocalSource(
+        urllib.parse.urlparse(episode["uri"]).path
+    ) as src:  # the stored object: staging may be gone
         layout = mcapio.open_index(src).layout() or {}
     return schema.EpisodeRecord(
         episode_id=episode["episode_id"],
@@ -461,7 +511,11 @@ def summary(ctx: StepContext) -> dict:
     )
     if not outcome.succeeded:
         # Staged episodes stay, so retrying the failed steps does not transcode again.
-        raise StepFailed(f"critical steps failed: {', '.join(report['critical_failures'])}")
+        raise StepFailed(
+            f"critical steps failed: {', '.join(report['critical_failures'])}; their job output is in "
+            f"{ctx.run.logs}/<step>-<batch>.try<N>.log. Fix the cause, then clear the failed tasks and "
+            "summary"
+        )
     # Everything is in storage now: the staged copies would only double the run's disk use.
     for staged in ctx.run.staging.glob("*.mcap") if ctx.run.staging.is_dir() else ():
         staged.unlink()
