@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from megahour.ingest.config import IngestConfig
 from tests.conftest import REPO, tool
 
 pytestmark = pytest.mark.integration
@@ -22,6 +23,7 @@ CONTRACT_KEYS = {
     "worker_bandwidth_mb_s",
     "network_mb_s",
     "db_rows_per_s",
+    "worker_overhead_s",
     "stagger_jitter_s",
     "retries",
 }
@@ -65,6 +67,8 @@ def render(run, tmp_path):
 def test_ingest_yml_has_the_contract_keys(render):
     _, ingest, _ = render()
     assert set(ingest) == CONTRACT_KEYS
+    # Every rendered key is one megahour.ingest.config reads (an unknown key would be refused there).
+    assert IngestConfig.from_dict(ingest).worker_overhead_s == ingest["worker_overhead_s"]
     assert ingest["landing"] == "/srv/megahour/landing"
     assert ingest["storage"] == "/srv/megahour/storage"
     assert ingest["runs"] == "/srv/megahour/ingest/runs"
