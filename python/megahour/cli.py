@@ -655,9 +655,10 @@ def _cmd_ingest_plan(args: argparse.Namespace, console: Console) -> int:
 
     from megahour.ingest import binpack
     from megahour.ingest.config import MB
+    from megahour.ingest.work import landing_files
 
     cfg = _ingest_config(args)
-    files = sorted(p for p in Path(args.landing or cfg.landing).glob("*.mcap") if p.is_file())
+    files = landing_files(Path(args.landing or cfg.landing))
     sizes = [p.stat().st_size for p in files]
     constraints = cfg.constraints(args.max_workers)
     chosen = binpack.plan(sizes, constraints)

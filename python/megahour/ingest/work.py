@@ -169,15 +169,16 @@ def execute(
 # -- run-level steps ----------------------------------------------------------------------------------
 
 
+def landing_files(landing: Path) -> list[Path]:
+    """The raw episodes in a landing zone, sorted; hidden files are uploads still in flight."""
+    return sorted(p for p in Path(landing).glob("*.mcap") if not p.name.startswith(".") and p.is_file())
+
+
 def discover(ctx: StepContext) -> dict:
     landing = Path(ctx.params["landing"])
     if not landing.is_dir():
         raise StepFailed(f"landing zone {landing} does not exist; create it or pass the landing param")
-    files = [
-        {"path": str(p), "bytes": p.stat().st_size}
-        for p in sorted(landing.glob("*.mcap"))
-        if not p.name.startswith(".") and p.is_file()
-    ]
+    files = [{"path": str(p), "bytes": p.stat().st_size} for p in landing_files(landing)]
     ctx.log(f"discover: {len(files)} raw episodes in {landing}")
     return {"landing": str(landing), "files": files}
 
@@ -189,7 +190,6 @@ def plan(ctx: StepContext) -> dict:
     files = found["files"]
     if not files:
         result = {"workers": 0, "batches": [], "batch_bytes": [], "files": [], "limited_by": "files"}
-        ctx.run.plan_json.parent.mkdir(parents=True, exist_ok=True)
         write_json(ctx.run.plan_json, result)
         return result
     constraints = ctx.config.constraints(ctx.params["max_workers"])
@@ -214,10 +214,11 @@ def _batch_files(ctx: StepContext, batch: int) -> list[str]:
     return batches[batch]
 
 
-def raw_info(path: str) -> dict:
+def raw_info(path: str, index: mcapio.EpisodeIndex | None = None) -> dict:
     """Labels and times of a raw episode, from its summary section (cheap: no chunk is read)."""
-    with LocalSource(path) as source:
-        index = mcapio.open_index(source)
+    if index is None:
+        with LocalSource(path) as source:
+            index = mcapio.open_index(source)
     labels = dict(index.metadata.get(LABELS_METADATA) or {})
     missing = [k for k in LABEL_KEYS if not labels.get(k)]
     if missing:
@@ -246,9 +247,10 @@ def check_raw(path: str) -> dict:
 
     from megahour.episodes import schemas
 
-    info = raw_info(path)
     with LocalSource(path) as source:
-        recording = mcapio.read_recording(source)
+        index = mcapio.open_index(source)  # once: the labels and the full read both use it
+        info = raw_info(path, index)
+        recording = mcapio.read_recording(source, index)
     cameras = recording.cameras()
     if not cameras:
         raise EpisodeError(path, "no camera topic", fix="record at least one camera")
