@@ -123,6 +123,8 @@ def test_per_batch_steps_are_a_mapped_group_over_plans_output(dag) -> None:
     }
     (upstream,) = [operator.task_id for operator, _key in group._expand_input.iter_references()]
     assert upstream == "plan"
+    # Only a task that returns on a worker pushes an XCom that mapping can use: plan does not defer.
+    assert [task.task_id for task in dag.tasks if not task.deferrable] == ["plan"]
     assert all(name in STEPS and STEPS[name].per_batch for name in airflow_dag.BATCH_CHAIN)
 
 

@@ -17,13 +17,13 @@ import pytest
 # Airflow creates its home (config, logs) on first import; keep it out of the user's ~/airflow.
 os.environ.setdefault("AIRFLOW_HOME", str(Path(tempfile.gettempdir()) / "megahour-test-airflow-home"))
 
-from airflow.providers.standard.triggers.temporal import DateTimeTrigger
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowFailException,
     AirflowSkipException,
     TaskDeferred,
 )
+from airflow.triggers.base import TaskSuccessEvent
 
 from megahour.ingest import slurm_operator as so
 from megahour.ingest.steps import STEPS
@@ -343,29 +343,39 @@ def test_switched_off_step_skips_without_submitting(tmp_path, slurm) -> None:
 
 def test_summary_is_never_skipped_because_it_decides_the_run(tmp_path, slurm) -> None:
     op = make_op(tmp_path, "summary")
-    with pytest.raises(TaskDeferred) as deferred:  # submitted: a skipped leaf would make the run green
+    with pytest.raises(TaskDeferred) as deferred:  # a skipped leaf would make the run green
         op.execute(context(op, {"steps": {"summary": False}}))
     assert deferred.value.method_name == "complete"
     assert deferred.value.timeout is not None  # a job that never ends cannot hold the run forever
+    assert deferred.value.trigger.submit[0] == "sbatch"
+
+
+def test_jitter_is_waited_out_in_the_trigger_before_sbatch(tmp_path, slurm) -> None:
+    op = make_op(tmp_path, "transcode")
+    op.megahour = "true"  # the job succeeds at once
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context(op, {"jitter_s": 30}))
+    trigger = deferred.value.trigger
+    assert isinstance(trigger, so.SlurmJobTrigger) and deferred.value.method_name == "complete"
+    assert trigger.delay_s == so.stagger_delay(RUN_ID, op.task_id, 3, 30) > 0
+    assert deferred.value.timeout >= so.timedelta(seconds=trigger.delay_s)
+    assert slurm.calls("sbatch") == []  # nothing submitted while waiting
+    trigger.delay_s = 0.01  # the test does not wait out the real delay
+    (event,) = run_trigger(trigger)
+    assert isinstance(event, TaskSuccessEvent)
     assert len(slurm.calls("sbatch")) == 1
 
 
-def test_jitter_defers_to_a_time_trigger_first(tmp_path, slurm) -> None:
-    op = make_op(tmp_path, "transcode")
-    with pytest.raises(TaskDeferred) as deferred:
-        op.execute(context(op, {"jitter_s": 30}))
-    assert isinstance(deferred.value.trigger, DateTimeTrigger)
-    assert deferred.value.method_name == "submit"
-    assert slurm.calls() == []  # nothing submitted while waiting
-
-
-def test_submit_runs_sbatch_with_the_steps_limits_then_defers_to_the_job_trigger(tmp_path, slurm) -> None:
+def test_the_trigger_submits_sbatch_with_the_steps_limits(tmp_path, slurm) -> None:
     op = make_op(tmp_path, "transcode")
     ctx = context(op, try_number=2)
     with pytest.raises(TaskDeferred) as deferred:
-        op.execute(ctx)  # jitter_s 0: straight to submit
+        op.execute(ctx)
     trigger = deferred.value.trigger
     assert isinstance(trigger, so.SlurmJobTrigger) and deferred.value.method_name == "complete"
+    assert trigger.delay_s == 0 and trigger.job_id is None
+    assert slurm.calls("sbatch") == []  # the worker only prepares the call
+    assert asyncio.run(trigger._submit()) == ("100", "")
     (sbatch,) = slurm.calls("sbatch")
     opts = dict(zip(sbatch[1::2], sbatch[2::2], strict=False))
     run_dir = tmp_path / "runs" / SAFE_RUN_ID
@@ -377,20 +387,32 @@ def test_submit_runs_sbatch_with_the_steps_limits_then_defers_to_the_job_trigger
     assert opts["--output"] == str(run_dir / "logs" / "transcode-3.try2.log")
     assert opts["--wrap"] == (f"/usr/local/bin/megahour ingest step transcode --run-dir {run_dir} --batch 3")
     assert (run_dir / "logs").is_dir()  # made before the job needs it
-    assert trigger.job_id == "100"
-    assert op._job_id == "100"
     # The trigger survives serialization (it is rebuilt in the triggerer from these kwargs).
     classpath, kwargs = trigger.serialize()
     assert classpath == "megahour.ingest.slurm_operator.SlurmJobTrigger"
     assert so.SlurmJobTrigger(**kwargs).serialize() == (classpath, kwargs)
+    assert kwargs["submit"][0] == "sbatch" and kwargs["job_name"] == opts["--job-name"]
+
+
+def test_a_rebuilt_trigger_attaches_instead_of_submitting_twice(tmp_path, slurm, monkeypatch) -> None:
+    monkeypatch.setenv("FAKE_SLURM_MODE", "queue")
+    op = make_op(tmp_path, "transcode")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context(op))
+    kwargs = deferred.value.trigger.serialize()[1]
+    first = so.SlurmJobTrigger(**kwargs)
+    assert asyncio.run(first._submit()) == ("100", "")
+    again = so.SlurmJobTrigger(**kwargs)  # the triggerer restarted: same kwargs, job already queued
+    assert asyncio.run(again._submit()) == ("100", "")
+    assert len(slurm.calls("sbatch")) == 1
 
 
 def test_discover_gets_the_runs_params(tmp_path, slurm) -> None:
     op = make_op(tmp_path, "discover")
     params = {"steps": {"qc": False}, "jitter_s": 0, "fail_steps": ["qc"], "landing": "/l"}
-    with pytest.raises(TaskDeferred):
-        op.submit(context(op, params))
-    wrap = slurm.calls("sbatch")[0][-1]
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context(op, params))
+    wrap = deferred.value.trigger.submit[-1]
     assert "--params" in wrap and '"fail_steps":["qc"]' in wrap
 
 
@@ -400,9 +422,13 @@ def test_retry_attaches_to_the_live_job_instead_of_resubmitting(tmp_path, slurm)
     slurm.put(id="41", name=name, state="RUNNING", exit="0:0", stdout="/x/upload-3.try1.log")
     slurm.put(id="40", name=name, state="FAILED", exit="1:0", stdout="/x/upload-3.try0.log")
     with pytest.raises(TaskDeferred) as deferred:
-        op.submit(context(op, try_number=2))
-    assert slurm.calls("sbatch") == []
+        op.execute(context(op, {"jitter_s": 30}, try_number=2))
     assert deferred.value.trigger.job_id == "41"
+    assert deferred.value.trigger.submit is None and deferred.value.trigger.delay_s == 0
+    slurm.update("41", state="COMPLETED")
+    (event,) = run_trigger(deferred.value.trigger)
+    assert isinstance(event, TaskSuccessEvent)
+    assert slurm.calls("sbatch") == []
 
 
 def test_squeue_failure_fails_closed(tmp_path, slurm) -> None:
@@ -410,23 +436,29 @@ def test_squeue_failure_fails_closed(tmp_path, slurm) -> None:
     (slurm.state / "squeue_fails").touch()
     op = make_op(tmp_path, "upload")
     with pytest.raises(AirflowException, match="squeue exited"):
-        op.submit(context(op))
+        op.execute(context(op))
     assert slurm.calls("sbatch") == []
 
 
-def test_sbatch_failure_raises(tmp_path, slurm) -> None:
+def test_sbatch_failure_resumes_the_task_to_raise(tmp_path, slurm) -> None:
     (slurm.state).mkdir(parents=True, exist_ok=True)
     (slurm.state / "sbatch_fails").touch()
     op = make_op(tmp_path, "upload")
-    with pytest.raises(AirflowException, match="Invalid partition"):
-        op.submit(context(op))
+    ctx = context(op)
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(ctx)
+    (event,) = run_trigger(deferred.value.trigger)
+    assert event.payload["state"] == so.SUBMIT_FAILED_STATE
+    with pytest.raises(AirflowException, match=r"could not be submitted.*Invalid partition") as raised:
+        op.complete(ctx, event=event.payload)
+    assert not isinstance(raised.value, AirflowFailException)  # retryable
 
 
 def test_trigger_waits_for_the_job_to_end(tmp_path, slurm, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SLURM_MODE", "queue")
     op = make_op(tmp_path, "validate")
     with pytest.raises(TaskDeferred) as deferred:
-        op.submit(context(op))
+        op.execute(context(op))
     trigger = deferred.value.trigger
     polls = {"n": 0}
     real_query = so.query_job
@@ -436,14 +468,45 @@ def test_trigger_waits_for_the_job_to_end(tmp_path, slurm, monkeypatch) -> None:
         if polls["n"] == 3:
             slurm.update(job_id, state="RUNNING")
         if polls["n"] == 5:
-            slurm.update(job_id, state="COMPLETED")
+            slurm.update(job_id, state="FAILED", exit="2:0")
         return await real_query(job_id)
 
     monkeypatch.setattr(so, "query_job", query_and_advance)
     (event,) = run_trigger(trigger)
     assert polls["n"] == 5
-    assert event.payload["state"] == "COMPLETED" and event.payload["exit_code"] == 0
+    assert event.payload["state"] == "FAILED" and event.payload["exit_code"] == 2
     assert event.payload["stdout"].endswith("validate-3.try1.log")
+
+
+def test_a_non_deferrable_step_waits_on_the_worker_and_returns(tmp_path, slurm) -> None:
+    op = make_op(tmp_path, "plan", deferrable=False)
+    op.megahour = "true"  # the job succeeds; plan.json is what the real plan step would write
+    run_dir = tmp_path / "runs" / SAFE_RUN_ID
+    run_dir.mkdir(parents=True)
+    (run_dir / "plan.json").write_text(json.dumps({"batches": [[], []]}))
+    assert op.execute(context(op)) == [0, 1]  # no TaskDeferred: plan's XCom comes from the worker
+    assert op._job_id == "100" and len(slurm.calls("sbatch")) == 1
+
+
+def test_a_non_deferrable_step_raises_when_its_job_fails(tmp_path, slurm) -> None:
+    op = make_op(tmp_path, "plan", deferrable=False)
+    op.megahour = "false"
+    with pytest.raises(AirflowException, match="FAILED"):
+        op.execute(context(op))
+
+
+def test_trigger_ends_a_succeeded_task_itself_and_resumes_a_failed_one(tmp_path, slurm, capfd) -> None:
+    out = tmp_path / "validate-0.try1.log"
+    out.write_text("one\ntwo\nvalidated 3 episodes\n")
+    slurm.put(id="8", name="n", state="COMPLETED", exit="0:0", stdout=str(out))
+    slurm.put(id="9", name="n", state="FAILED", exit="1:0", stdout=str(out))
+    (ended,) = run_trigger(so.SlurmJobTrigger("8", poll_interval=0, log_tail_lines=1))
+    assert isinstance(ended, TaskSuccessEvent)
+    logged = "".join(capfd.readouterr())  # the job's output tail goes to the trigger's (the task's) log
+    assert "validated 3 episodes" in logged and "two" not in logged
+    (resumed,) = run_trigger(so.SlurmJobTrigger("9", poll_interval=0))
+    assert not isinstance(resumed, TaskSuccessEvent)
+    assert resumed.payload["state"] == "FAILED" and resumed.payload["exit_code"] == 1
 
 
 def test_trigger_falls_back_to_sacct_when_slurmctld_forgot_the_job(tmp_path, slurm) -> None:
@@ -470,12 +533,13 @@ def test_trigger_on_kill_cancels_the_job(slurm) -> None:
 def test_operator_on_kill_cancels_the_job(tmp_path, slurm, monkeypatch) -> None:
     monkeypatch.setenv("FAKE_SLURM_MODE", "queue")
     op = make_op(tmp_path, "validate")
-    op.on_kill()  # nothing submitted yet: nothing to cancel
+    op.on_kill()  # nothing prepared yet: nothing to cancel
     assert slurm.calls("scancel") == []
-    with pytest.raises(TaskDeferred):
-        op.submit(context(op))
-    op.on_kill()
-    assert slurm.job("100")["state"] == "CANCELLED"
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context(op))
+    asyncio.run(deferred.value.trigger._submit())
+    op.on_kill()  # the worker never learnt the job id; the job's unique name finds it
+    assert slurm.calls("scancel") == [["--name", f"mh-ingest.{SAFE_RUN_ID}.batch.validate.3"]]
 
 
 def test_complete_succeeds_on_completed_exit_0(tmp_path) -> None:
@@ -543,9 +607,9 @@ def test_end_to_end_through_the_fake_slurm(tmp_path, slurm) -> None:
     ctx = context(op)
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
-    (event,) = run_trigger(deferred.value.trigger)
-    assert event.payload["state"] == "COMPLETED"
-    assert so.tail(event.payload["stdout"]) == [
-        f"ingest step validate --run-dir {tmp_path / 'runs' / SAFE_RUN_ID} --batch 3"
-    ]
-    assert op.complete(ctx, event=event.payload) is None
+    (ended,) = run_trigger(deferred.value.trigger)
+    assert isinstance(ended, TaskSuccessEvent)
+    (out,) = (tmp_path / "runs" / SAFE_RUN_ID / "logs").iterdir()
+    assert so.tail(out) == [f"ingest step validate --run-dir {tmp_path / 'runs' / SAFE_RUN_ID} --batch 3"]
+    # `airflow dags test` resumes the task with the end event's payload, the state.
+    assert op.complete(ctx, event="success") is None

@@ -7,7 +7,9 @@ Shape::
                                                      \\-> previews, qc   (non-critical)
 
 ``plan`` returns the batch indexes (``range(batch_count(run_dir))``) as its XCom and the ``batch`` task
-group is expanded over them, so each batch moves through its steps on its own: batch 3 may be uploading
+group is expanded over them. It waits for its short job on the worker (``deferrable=False``): only a task
+that returns on a worker pushes an XCom Airflow can map over, and it avoids the resume-after-defer race
+described in ``slurm_operator``. Each batch moves through its steps on its own: batch 3 may be uploading
 while batch 7 still transcodes. No batches (an empty landing zone) maps the group to zero instances.
 
 Trigger rules, and why:
@@ -145,7 +147,7 @@ def build_ingest_dag(config_path: str | Path | None = None) -> DAG:
         tags=["megahour", "ingest"],
     ) as dag:
         discover = step("discover", trigger_rule=TriggerRule.ALL_SUCCESS)
-        plan = step("plan")
+        plan = step("plan", deferrable=False)
 
         @task_group(group_id=BATCH_GROUP, tooltip="one batch of the plan: its critical chain and extras")
         def per_batch(index: Any) -> None:

@@ -3,17 +3,27 @@
 ``SlurmStepOperator`` (Airflow 3 task SDK) does, per task instance:
 
 1. **toggle**: the DAG run's ``params["steps"][step]`` false -> ``AirflowSkipException``, nothing submitted;
-2. **stagger**: defers to a time trigger for a deterministic delay in ``[0, jitter_s)`` derived from
-   (run id, task id, map index), so a wide mapped fan-out does not hit slurmctld (and storage) at once;
-   no worker slot is held while it waits;
-3. **submit**: ``sbatch --parsable`` with the step's own ``--cpus-per-task``/``--mem``/``--time`` from
-   ``STEPS[step]`` and the configured partition, so Slurm enforces the budgets. The job is named
+2. **prepare**: the ``sbatch --parsable`` call with the step's own ``--cpus-per-task``/``--mem``/``--time``
+   from ``STEPS[step]`` and the configured partition, so Slurm enforces the budgets. The job is named
    ``mh-ingest.<run id>.<task id>.<map index>``; when a job of that name is still PENDING/RUNNING (a retry
    after the Airflow task itself died), the operator attaches to it instead of submitting a duplicate;
-4. **wait**: defers to ``SlurmJobTrigger``, which polls ``scontrol show job`` (and ``sacct`` once slurmctld
-   has forgotten the job) with asyncio subprocesses in the triggerer until the job ends;
-5. **finish**: logs the tail of the job's output file into the task log; COMPLETED with exit 0 succeeds,
-   anything else raises (retryable, except exit codes listed in ``final_exit_codes``).
+3. **defer once** to ``SlurmJobTrigger``, which runs in the triggerer and holds no worker slot:
+   - **stagger**: it first waits a deterministic delay in ``[0, jitter_s)`` derived from (run id, task
+     id, map index), so a wide mapped fan-out does not hit slurmctld (and storage) at once;
+   - **submit**: it runs the prepared ``sbatch`` (after checking again for a live job of that name, so a
+     trigger restarted with the triggerer does not submit twice);
+   - **wait**: it polls ``scontrol show job`` (and ``sacct`` once slurmctld has forgotten the job) with
+     asyncio subprocesses until the job ends;
+4. **finish**: COMPLETED with exit 0 succeeds: the trigger logs the tail of the job's output and ends the
+   task itself (``TaskSuccessEvent``). Anything else resumes the task on a worker, which logs the tail and
+   raises (retryable, except exit codes listed in ``final_exit_codes``).
+
+So a step that succeeds starts one task process, not three. That matters twice over. Each task process
+imports Airflow and parses the DAG (about 2 CPU seconds on the Airflow host, taken from the steps on a
+small cluster). And every resume after a deferral can race the scheduler: in Airflow 3.3 the executor's
+late "success" for the process that deferred, seen after the trigger has already re-queued the task, is
+taken for an external kill and the task goes up for retry (apache/airflow#67287, #72716), which costs a
+retry delay and a rerun of the step.
 
 ``on_kill`` (worker side) and ``SlurmJobTrigger.on_kill`` (triggerer side, when a user marks the deferred
 task failed/success or clears it) cancel the job with ``scancel``.
@@ -36,10 +46,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from airflow.providers.standard.triggers.temporal import TimeDeltaTrigger
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
-from airflow.triggers.base import BaseTrigger, TriggerEvent
+from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from megahour.ingest.runfiles import batch_count, safe_run_id
 from megahour.ingest.steps import STEPS, StepSpec, spec
@@ -67,6 +76,8 @@ ATTACHABLE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED
 # How long past its own time limit a step may stay unfinished (queued, held) before the task gives up.
 QUEUE_ALLOWANCE = timedelta(hours=1)
 UNKNOWN_STATE = "UNKNOWN"
+# The trigger could not submit the job (sbatch failed); the task resumes and raises, retries decide.
+SUBMIT_FAILED_STATE = "SUBMIT_FAILED"
 SUBPROCESS_TIMEOUT_S = 60.0
 _INVALID_JOB = "invalid job id"
 
@@ -229,13 +240,15 @@ class JobStatus:
 
     @property
     def finished(self) -> bool:
-        return self.state in TERMINAL_STATES or self.state == UNKNOWN_STATE
+        return self.state in TERMINAL_STATES or self.state in (UNKNOWN_STATE, SUBMIT_FAILED_STATE)
 
     @property
     def succeeded(self) -> bool:
         return self.state == "COMPLETED" and self.exit_code == 0 and not self.signal
 
     def describe(self) -> str:
+        if self.state == SUBMIT_FAILED_STATE:
+            return f"the Slurm job could not be submitted: {self.detail}"
         code = "?" if self.exit_code is None else f"{self.exit_code}:{self.signal or 0}"
         extra = f" ({self.detail})" if self.detail else ""
         return f"Slurm job {self.job_id} ended {self.state}, exit code {code}{extra}"
@@ -355,26 +368,43 @@ async def query_job(job_id: str) -> tuple[JobStatus | None, str]:
 
 
 class SlurmJobTrigger(BaseTrigger):
-    """Wait in the triggerer until a Slurm job ends; fire once with ``JobStatus.to_payload()``.
+    """Stagger, submit and wait for one step's Slurm job in the triggerer; fire once when it has ended.
 
-    ``log`` is echoed back in the payload (as ``stdout`` when Slurm does not report the output file), so
-    the resumed task finds the job's output even where only the event reaches it (``airflow dags test``).
-    After ``max_misses`` consecutive polls that could not tell the job's state, it fires with state
-    UNKNOWN and the last problem, which fails the task (fail closed, retries decide).
+    ``submit`` is the prepared ``sbatch --parsable`` call, run after ``delay_s`` seconds (the stagger);
+    ``job_id`` instead follows a job that already exists (a retry attaching to an earlier try's job).
+    Before submitting, the trigger looks for a live job named ``job_name`` and follows it instead, so a
+    trigger rebuilt after a triggerer restart never submits twice.
+
+    A job that succeeded ends the task from here (``TaskSuccessEvent``, with the job's output tail in this
+    trigger's log, which is part of the task's log). Otherwise it fires ``JobStatus.to_payload()`` and the
+    task resumes to raise: a failed job, an sbatch that failed (state ``SUBMIT_FAILED``), or, after
+    ``max_misses`` consecutive polls that could not tell the job's state, state ``UNKNOWN`` with the last
+    problem (fail closed; retries decide). ``log`` is echoed back as ``stdout`` when Slurm does not report
+    the output file (sacct does not), so the resumed task finds the job's output.
     """
 
     def __init__(
         self,
-        job_id: str,
+        job_id: str | None = None,
         poll_interval: float = 2.0,
         log: str | None = None,
         max_misses: int = 30,
+        log_tail_lines: int = 40,
+        submit: Sequence[str] | None = None,
+        job_name: str | None = None,
+        delay_s: float = 0.0,
     ) -> None:
         super().__init__()
-        self.job_id = str(job_id)
+        if (job_id is None) == (submit is None):
+            raise ValueError("SlurmJobTrigger needs exactly one of job_id (follow) and submit (sbatch argv)")
+        self.job_id = None if job_id is None else str(job_id)
         self.poll_interval = float(poll_interval)
         self.log_file = log
         self.max_misses = int(max_misses)
+        self.log_tail_lines = int(log_tail_lines)
+        self.submit = None if submit is None else [str(arg) for arg in submit]
+        self.job_name = job_name
+        self.delay_s = float(delay_s)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return (
@@ -384,10 +414,25 @@ class SlurmJobTrigger(BaseTrigger):
                 "poll_interval": self.poll_interval,
                 "log": self.log_file,
                 "max_misses": self.max_misses,
+                "log_tail_lines": self.log_tail_lines,
+                "submit": self.submit,
+                "job_name": self.job_name,
+                "delay_s": self.delay_s,
             },
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        if self.job_id is None:
+            if self.delay_s > 0:
+                self.log.info("staggered start: waiting %.2fs before sbatch", self.delay_s)
+                await asyncio.sleep(self.delay_s)
+            job_id, problem = await self._submit()
+            if job_id is None:
+                yield TriggerEvent(
+                    JobStatus("", SUBMIT_FAILED_STATE, stdout=self.log_file, detail=problem).to_payload()
+                )
+                return
+            self.job_id = job_id
         misses = 0
         while True:
             status, problem = await query_job(self.job_id)
@@ -401,14 +446,49 @@ class SlurmJobTrigger(BaseTrigger):
             if status is not None and status.finished:
                 if not status.stdout and self.log_file:
                     status = JobStatus(**{**status.to_payload(), "stdout": self.log_file})
+                if status.succeeded:
+                    lines = tail(status.stdout, self.log_tail_lines)
+                    if lines:
+                        self.log.info("last %d lines of %s:\n%s", len(lines), status.stdout, "\n".join(lines))
+                    self.log.info("%s", status.describe())
+                    yield TaskSuccessEvent()
+                    return
                 yield TriggerEvent(status.to_payload())
                 return
             await asyncio.sleep(self.poll_interval)
 
-    async def on_kill(self) -> None:
-        rc, _, err = await _run_async(["scancel", self.job_id])
+    async def _submit(self) -> tuple[str | None, str]:
+        """(job id, "") once submitted or attached; (None, why) when it could not be."""
+        assert self.submit is not None
+        if self.job_name:
+            rc, out, err = await _run_async(squeue_by_name_args(self.job_name))
+            if rc != 0:
+                # Fail closed: not knowing whether the job runs already must not submit a duplicate.
+                return None, f"squeue exited {rc}: {err.strip()[:300]}"
+            live = parse_squeue_jobs(out)
+            if live:
+                job_id, state = live[-1]
+                self.log.info("attaching to Slurm job %s (%s), named %s", job_id, state, self.job_name)
+                return job_id, ""
+        self.log.info("submitting: %s", shlex.join(self.submit))
+        rc, out, err = await _run_async(self.submit)
         if rc != 0:
-            self.log.warning("scancel %s failed (%d): %s", self.job_id, rc, err.strip())
+            return None, f"sbatch exited {rc}: {err.strip()[:300]}"
+        try:
+            job_id = parse_sbatch_job_id(out)
+        except ValueError as exc:
+            return None, str(exc)
+        self.log.info("submitted Slurm job %s; output in %s", job_id, self.log_file)
+        return job_id, ""
+
+    async def on_kill(self) -> None:
+        # Before the job id is known (still staggering or submitting), its unique name finds it.
+        argv = ["scancel", self.job_id] if self.job_id else ["scancel", "--name", self.job_name or ""]
+        if not self.job_id and not self.job_name:
+            return
+        rc, _, err = await _run_async(argv)
+        if rc != 0:
+            self.log.warning("%s failed (%d): %s", shlex.join(argv), rc, err.strip())
 
 
 def step_doc(step: StepSpec) -> str:
@@ -434,6 +514,10 @@ class SlurmStepOperator(BaseOperator):
     :param runs: the folder holding per-run working dirs (``IngestConfig.runs``).
     :param default_jitter_s: the stagger when the run's params carry no ``jitter_s``.
     :param final_exit_codes: job exit codes that fail the task without retries (summary's verdict).
+    :param deferrable: False waits for the job in the task process, holding a worker slot, instead of
+        deferring. For a short step whose return value is needed: only a task that returns on a worker
+        pushes an XCom that mapping can use, and a resume after deferring can race the scheduler (see the
+        module docstring).
     """
 
     template_fields: Sequence[str] = ("batch",)
@@ -449,6 +533,7 @@ class SlurmStepOperator(BaseOperator):
         batch: Any = None,
         default_jitter_s: float = 0.0,
         poll_interval_s: float = 2.0,  # a step boundary waits up to this long; scontrol is cheap
+        deferrable: bool = True,
         final_exit_codes: Iterable[int] = (),
         log_tail_lines: int = 40,
         **kwargs: Any,
@@ -465,7 +550,9 @@ class SlurmStepOperator(BaseOperator):
         self.poll_interval_s = float(poll_interval_s)
         self.final_exit_codes = tuple(int(code) for code in final_exit_codes)
         self.log_tail_lines = int(log_tail_lines)
+        self.deferrable = bool(deferrable)
         self._job_id: str | None = None
+        self._job_name: str | None = None
 
     @property
     def critical(self) -> bool:
@@ -479,23 +566,13 @@ class SlurmStepOperator(BaseOperator):
         if self.step != "summary" and not step_enabled(params, self.step):
             raise AirflowSkipException(f"step {self.step} is switched off in this run's params")
         ti = context["ti"]
-        jitter = params.get("jitter_s")
-        jitter = self.default_jitter_s if jitter is None else float(jitter)
-        delay = stagger_delay(context["run_id"], ti.task_id, ti.map_index, jitter)
-        if delay > 0:
-            self.log.info("staggered start: waiting %.2fs (jitter_s=%g) before sbatch", delay, jitter)
-            self.defer(trigger=TimeDeltaTrigger(timedelta(seconds=delay)), method_name="submit")
-        return self.submit(context)
-
-    def submit(self, context: Any, event: Any = None) -> Any:
-        ti = context["ti"]
         run_id = context["run_id"]
         run_dir = run_dir_for(self.runs, run_id)
         # The job's --output folder must exist before the job starts, or Slurm fails it silently.
         (run_dir / "logs").mkdir(parents=True, exist_ok=True)
         name = job_name(run_id, ti.task_id, ti.map_index)
         batch = self._batch_index()
-
+        follow: dict[str, Any]
         live = self._live_jobs(name)
         if live:
             job_id, state = live[-1]
@@ -503,10 +580,12 @@ class SlurmStepOperator(BaseOperator):
                 self.log.warning("several live jobs named %s: %s; following the newest", name, live)
             output = latest_log(run_dir, self.step, batch)
             self.log.info("attaching to Slurm job %s (%s, named %s) from an earlier try", job_id, state, name)
+            self._job_id = job_id
+            follow, delay = {"job_id": job_id}, 0.0
         else:
             output = log_path(run_dir, self.step, batch, ti.try_number)
-            params = context.get("params") if self.step == "discover" else None
-            command = step_command(self.megahour, self.step, run_dir, batch, params)
+            step_params = params if self.step == "discover" else None
+            command = step_command(self.megahour, self.step, run_dir, batch, step_params)
             argv = sbatch_args(
                 STEPS[self.step],
                 partition=self.partition,
@@ -515,30 +594,36 @@ class SlurmStepOperator(BaseOperator):
                 workdir=run_dir,
                 command=command,
             )
-            self.log.info("submitting: %s", shlex.join(argv))
-            proc = _run(argv)
-            if proc.returncode != 0:
-                raise AirflowException(f"sbatch exited {proc.returncode}: {proc.stderr.strip()}")
-            try:
-                job_id = parse_sbatch_job_id(proc.stdout)
-            except ValueError as exc:
-                raise AirflowException(str(exc)) from None
-            self.log.info("submitted Slurm job %s; output in %s", job_id, output)
-        self._job_id = job_id
+            jitter = params.get("jitter_s")
+            jitter = self.default_jitter_s if jitter is None else float(jitter)
+            delay = stagger_delay(run_id, ti.task_id, ti.map_index, jitter)
+            self.log.info("deferring: sbatch in %.2fs (jitter_s=%g): %s", delay, jitter, shlex.join(argv))
+            follow = {"submit": argv, "job_name": name, "delay_s": delay}
+        self._job_name = name
+        trigger = SlurmJobTrigger(
+            poll_interval=self.poll_interval_s,
+            log=str(output) if output else None,
+            log_tail_lines=self.log_tail_lines,
+            **follow,
+        )
+        if not self.deferrable:
+            return self.complete(context, self._wait_here(trigger))
         self.defer(
-            trigger=SlurmJobTrigger(
-                job_id=job_id, poll_interval=self.poll_interval_s, log=str(output) if output else None
-            ),
+            trigger=trigger,
             method_name="complete",
             # A job that never ends (held, its partition down) must not leave the run waiting forever.
-            timeout=timedelta(minutes=spec(self.step).time_limit_min) + QUEUE_ALLOWANCE,
+            timeout=timedelta(seconds=delay, minutes=spec(self.step).time_limit_min) + QUEUE_ALLOWANCE,
         )
 
-    def complete(self, context: Any, event: Mapping[str, Any] | None = None) -> Any:
-        if not event:
-            raise AirflowException("resumed without a Slurm job event")
+    def complete(self, context: Any, event: Mapping[str, Any] | str | None = None) -> Any:
+        if event == "success":
+            # `airflow dags test` resumes the task even on the trigger's TaskSuccessEvent (whose payload is
+            # the state); the scheduler's triggerer ends the task instead and never gets here.
+            return self._result(context)
+        if not isinstance(event, Mapping) or not event:
+            raise AirflowException(f"resumed without a Slurm job event ({event!r})")
         status = JobStatus.from_payload(event)
-        self._job_id = status.job_id
+        self._job_id = status.job_id or None
         lines = tail(status.stdout, self.log_tail_lines)
         if lines:
             self.log.info("last %d lines of %s:\n%s", len(lines), status.stdout, "\n".join(lines))
@@ -555,6 +640,9 @@ class SlurmStepOperator(BaseOperator):
         if self._job_id:
             self.log.info("cancelling Slurm job %s", self._job_id)
             _run(["scancel", self._job_id])
+        elif self._job_name:
+            self.log.info("cancelling Slurm jobs named %s", self._job_name)
+            _run(["scancel", "--name", self._job_name])
 
     # Helpers -------------------------------------------------------------------------------------------
 
@@ -569,6 +657,18 @@ class SlurmStepOperator(BaseOperator):
             # Fail closed: not knowing whether a job is running must not submit a duplicate.
             raise AirflowException(f"squeue exited {proc.returncode}: {proc.stderr.strip()}")
         return parse_squeue_jobs(proc.stdout)
+
+    def _wait_here(self, trigger: SlurmJobTrigger) -> Mapping[str, Any] | str:
+        """Run the trigger in this task process (``deferrable=False``); its event as ``complete`` takes it."""
+
+        async def first_event() -> TriggerEvent | None:
+            return await anext(trigger.run(), None)
+
+        event = asyncio.run(first_event())
+        self._job_id = trigger.job_id
+        if isinstance(event, TaskSuccessEvent):
+            return "success"
+        return event.payload if event is not None else {}
 
     def _result(self, context: Any) -> Any:
         """What the task returns (its XCom): plan returns the batch indexes the DAG maps over."""
