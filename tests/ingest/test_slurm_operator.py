@@ -184,6 +184,12 @@ def test_stagger_delay_is_deterministic_bounded_and_spread() -> None:
     assert so.stagger_delay(RUN_ID, "plan", -1, -3) == 0.0
 
 
+def test_poll_delay_doubles_from_a_quarter_second_up_to_the_interval() -> None:
+    assert [so.poll_delay(n, 2.0) for n in range(6)] == [0.25, 0.5, 1.0, 2.0, 2.0, 2.0]
+    assert so.poll_delay(10_000, 2.0) == 2.0
+    assert so.poll_delay(0, 0) == 0
+
+
 def test_names_and_paths() -> None:
     assert so.job_name(RUN_ID, "batch.validate", 3) == f"mh-ingest.{SAFE_RUN_ID}.batch.validate.3"
     assert so.job_name(RUN_ID, "plan", -1) == f"mh-ingest.{SAFE_RUN_ID}.plan.-1"

@@ -79,6 +79,7 @@ UNKNOWN_STATE = "UNKNOWN"
 # The trigger could not submit the job (sbatch failed); the task resumes and raises, retries decide.
 SUBMIT_FAILED_STATE = "SUBMIT_FAILED"
 SUBPROCESS_TIMEOUT_S = 60.0
+FIRST_POLL_S = 0.25
 _INVALID_JOB = "invalid job id"
 
 
@@ -98,6 +99,16 @@ def stagger_delay(run_id: str, task_id: str, map_index: int, jitter_s: float) ->
         return 0.0
     digest = hashlib.sha256(f"{run_id}\0{task_id}\0{map_index}".encode()).digest()
     return int.from_bytes(digest[:8], "big") / 2**64 * jitter
+
+
+def poll_delay(waits: int, interval: float, first: float = FIRST_POLL_S) -> float:
+    """The wait before the next status query of one job, when it has been waited for ``waits`` times.
+
+    Doubling from ``first`` up to ``interval``: most steps' jobs end within a second or two, and every
+    step boundary on a run's critical path waits for this poll, while a long job costs one query every
+    ``interval`` seconds.
+    """
+    return min(float(interval), first * 2 ** min(waits, 16))
 
 
 def run_dir_for(runs: str | Path, run_id: str) -> Path:
@@ -433,9 +444,10 @@ class SlurmJobTrigger(BaseTrigger):
                 )
                 return
             self.job_id = job_id
-        misses = 0
+        misses = polls = 0
         while True:
             status, problem = await query_job(self.job_id)
+            polls += 1
             if status is None:
                 misses += 1
                 self.log.warning("job %s: %s (%d/%d)", self.job_id, problem, misses, self.max_misses)
@@ -455,7 +467,7 @@ class SlurmJobTrigger(BaseTrigger):
                     return
                 yield TriggerEvent(status.to_payload())
                 return
-            await asyncio.sleep(self.poll_interval)
+            await asyncio.sleep(poll_delay(polls - 1, self.poll_interval))
 
     async def _submit(self) -> tuple[str | None, str]:
         """(job id, "") once submitted or attached; (None, why) when it could not be."""
@@ -532,7 +544,7 @@ class SlurmStepOperator(BaseOperator):
         runs: str,
         batch: Any = None,
         default_jitter_s: float = 0.0,
-        poll_interval_s: float = 2.0,  # a step boundary waits up to this long; scontrol is cheap
+        poll_interval_s: float = 2.0,  # the longest wait between polls (they start at FIRST_POLL_S)
         deferrable: bool = True,
         final_exit_codes: Iterable[int] = (),
         log_tail_lines: int = 40,
