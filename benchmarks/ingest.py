@@ -7,9 +7,11 @@ database's write bursts with and without staggered starts, in one run.
 2. **Throughput** (needs the local cluster from `make up`): the same landing zone of simulated raw
    episodes (one corrupt) ingested twice, in the same run:
      monolithic  `megahour ingest monolithic` in one process on compute node gpu-1 (every step serially)
+     pair        two monolithic processes at once, one on gpu-1 and one on gpu-2, each over a byte-balanced
+                 half: the ceiling two workers reach on these two cores with no orchestration at all
      dag         the `megahour_ingest` Airflow DAG, triggered through the REST API; its steps run as Slurm
                  jobs on the `ingest` partition
-   Figure: episode-hours ingested per wall-clock hour, and the ratio dag/monolithic.
+   Figures: episode-hours ingested per wall-clock hour; the ratios dag/monolithic and pair/monolithic.
 3. **Write bursts** (same cluster): the DAG over the rendered episodes (no copies) in up to
    ``--burst-workers`` batches (default 8: a wide fan-out), once with ``jitter_s = 0`` and once with the
    stagger on, while a sampler inside `ctl` reads PostgreSQL's next transaction id and WAL position every
@@ -227,11 +229,96 @@ def run_monolithic(base: str) -> dict:
     return {"wall_s": wall, "registered": summary["registered"], "quarantined": len(summary["quarantined"])}
 
 
+def stage_halves(source: Path, tag: str) -> list[str]:
+    """The landing zone split in two byte-balanced halves (our packer), each staged on its own; returns
+    their paths inside the containers."""
+    import shutil
+
+    files = sorted(source.glob("*.mcap"))
+    halves = binpack.pack([f.stat().st_size for f in files], 2)
+    bases = []
+    for h, indexes in enumerate(halves):
+        host = shared_mountpoint() / "bench" / f"{tag}-half{h}"
+        if host.exists():
+            shutil.rmtree(host)
+        (host / "landing").mkdir(parents=True)
+        for i in indexes:
+            shutil.copy2(files[i], host / "landing" / files[i].name)
+        bases.append(f"{SHARED}/bench/{tag}-half{h}")
+    in_container(
+        CONTROLLER, f"chown -R {SERVICE_USER}:megahour {SHARED}/bench && chmod -R g+w {SHARED}/bench"
+    )
+    return bases
+
+
+def run_monolithic_pair(bases: list[str], nodes: tuple[str, str] = (NODE, "gpu-2")) -> dict:
+    """The hardware ceiling for two workers on this machine: two monolithic processes at once, one per
+    compute node, each over its half of the landing zone, with no Airflow and no Slurm in the way.
+
+    The DAG cannot beat this: it runs the same step code on the same two cores, plus orchestration."""
+    procs = []
+    began = time.perf_counter()
+    for base, node in zip(bases, nodes, strict=True):
+        params = json.dumps({"landing": f"{base}/landing", "storage": f"{base}/storage-monolithic"})
+        command = (
+            f"megahour ingest monolithic --json --run-dir {base}/runs/monolithic "
+            f"--params {shlex.quote(params)}"
+        )
+        wrapped = f"runuser -u {SERVICE_USER} -- bash -lc {shlex.quote(command)}"
+        procs.append(
+            subprocess.Popen(
+                ["podman", "exec", node, "bash", "-lc", wrapped],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+    walls, registered, quarantined = [], 0, 0
+    for proc, node in zip(procs, nodes, strict=True):
+        out, err = proc.communicate(timeout=3600)
+        walls.append(time.perf_counter() - began)
+        if proc.returncode != 0:
+            raise RuntimeError(f"monolithic half on {node} failed ({proc.returncode}): {err[-2000:]}")
+        summary = json.loads(out[out.index("{") :])
+        registered += summary["registered"]
+        quarantined += len(summary["quarantined"])
+    return {"wall_s": max(walls), "half_wall_s": walls, "registered": registered, "quarantined": quarantined}
+
+
 def airflow_client() -> Airflow:
     address = in_container(CONTROLLER, "hostname -I").stdout.split()[0]
     secrets = REPO / "inventories" / "local" / ".secrets"
     password = (secrets / "airflow_admin").read_text().strip()
     return Airflow(f"http://{address}:8080", "admin", password)
+
+
+AIRFLOW_UNITS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")
+
+
+# CPU ticks of every process in a unit's cgroup: own time plus that of its reaped children (task runners
+# that have exited count through their parents). systemd's CPUUsageNSec is not set here: the containers
+# run on cgroup v1 without per-unit cpuacct.
+UNIT_TICKS = r"""
+for u in {units}; do
+  cg=$(systemctl show -p ControlGroup --value "$u")
+  t=0
+  for p in $(cat "/sys/fs/cgroup/systemd$cg/cgroup.procs" 2>/dev/null); do
+    v=$(sed 's/.*) //' "/proc/$p/stat" 2>/dev/null | awk '{{print $12+$13+$14+$15}}')
+    t=$((t + ${{v:-0}}))
+  done
+  echo "$u $t $(getconf CLK_TCK)"
+done
+"""
+
+
+def unit_cpu_s() -> dict[str, float]:
+    """CPU seconds each Airflow unit on ctl has used so far, to show what orchestration costs in a run."""
+    out = in_container(CONTROLLER, UNIT_TICKS.format(units=" ".join(AIRFLOW_UNITS))).stdout
+    usage = {}
+    for line in out.splitlines():
+        unit, ticks, hz = line.split()
+        usage[unit.removeprefix("airflow-")] = int(ticks) / int(hz)
+    return usage
 
 
 SAMPLER_PID = "/tmp/megahour-pg-sampler.pid"
@@ -264,11 +351,16 @@ def run_dag(
         stop_sampler()
         in_container(CONTROLLER, "rm -f /tmp/megahour-pg-samples")
         podman("exec", "-d", CONTROLLER, "bash", "-lc", PG_SAMPLER)
+    cpu_before = unit_cpu_s()
     began = time.time()  # the containers share this host's clock
     client.trigger(conf, run_id)
     run = client.wait(run_id)
     end = datetime.fromisoformat(run["end_date"].replace("Z", "+00:00")).timestamp()
+    cpu_after = unit_cpu_s()
     result = {"wall_s": end - began, "state": run["state"], "jitter_s": jitter_s}
+    # CPU the Airflow services took from the two cores during the run (polling after the end adds < 3 s).
+    result["airflow_cpu_s"] = {u: cpu_after[u] - cpu_before[u] for u in cpu_after if u in cpu_before}
+    result["airflow_cpu_share_of_one_core"] = sum(result["airflow_cpu_s"].values()) / (time.time() - began)
     summary_path = shared_mountpoint() / "ingest" / "runs" / run_id / "steps" / "summary.json"
     if summary_path.exists():
         summary = json.loads(summary_path.read_text())
@@ -361,9 +453,15 @@ def cluster_figures(
     console.print(f"[bold]monolithic[/] over {episodes} episodes ({hours * 3600:.0f} s of good episodes)")
     mono = run_monolithic(base)
     console.print(f"  {mono['wall_s']:.1f} s, {mono['registered']} registered")
+    console.print("[bold]two monolithic processes[/] at once, one per compute node, on byte-balanced halves")
+    pair = run_monolithic_pair(stage_halves(source, tag))
+    console.print(f"  {pair['wall_s']:.1f} s, {pair['registered']} registered")
     console.print(f"[bold]DAG[/] over the same {episodes} episodes (jitter 0)")
     dag = run_dag(client, base, f"{tag}-throughput", 0.0)
-    console.print(f"  {dag['wall_s']:.1f} s, {dag['state']}, {dag.get('registered')} registered")
+    console.print(
+        f"  {dag['wall_s']:.1f} s, {dag['state']}, {dag.get('registered')} registered; Airflow used "
+        f"{dag['airflow_cpu_share_of_one_core']:.0%} of one core ({dag['airflow_cpu_s']})"
+    )
     per_hour_mono = hours / (mono["wall_s"] / 3600)
     per_hour_dag = hours / (dag["wall_s"] / 3600) if dag["state"] == "success" else None
     # Write bursts: the rendered episodes without copies, spread over burst_workers batches (a wide
@@ -397,6 +495,10 @@ def cluster_figures(
         "episode_hours_per_hour_dag": per_hour_dag,
         "dag_over_monolithic": per_hour_dag / per_hour_mono if per_hour_dag else None,
         "target_dag_over_monolithic": 1.7,
+        # The ceiling: what two workers can get from these two cores with no orchestration at all.
+        "monolithic_pair": pair,
+        "ceiling_two_workers_over_monolithic": mono["wall_s"] / pair["wall_s"],
+        "dag_over_ceiling": pair["wall_s"] / dag["wall_s"] if per_hour_dag else None,
         "bursts_episodes": count,
         "bursts_max_workers": burst_workers,
         "dag_no_stagger": flat,
@@ -450,6 +552,7 @@ def main() -> int:
         c = results["cluster"]
         console.print(
             f"[bold]throughput[/]: dag/monolithic = {c['dag_over_monolithic']} (target 1.7); "
+            f"ceiling (two bare processes) {c['ceiling_two_workers_over_monolithic']:.3f}; "
             f"reduction from staggering: peak write tx/s {c.get('peak_write_tx_reduction')}, "
             f"peak WAL bytes/s {c.get('peak_wal_bytes_reduction')}"
         )
