@@ -8,7 +8,9 @@
   idempotence -> check -> verify, where verify queries ClickHouse 18.16 from the client with the
   rendered credentials (version, create/insert/count, the SQL curation relies on, a refused wrong
   password), checks the listen addresses, the data directory, and that no password is printed.
-Output is streamed so a long run shows progress; logs are kept under .cache/.
+Output is streamed so a long run shows progress; logs are kept under .cache/. The scenario's named
+volumes (its shared /srv/megahour) are removed before and after: molecule's podman driver destroys the
+containers but not the volumes, and a volume left from an earlier run would carry its files into the next.
 """
 
 import os
@@ -16,6 +18,7 @@ import re
 import subprocess
 
 import pytest
+import yaml
 
 from tests.conftest import BIN, REPO, tool
 
@@ -30,8 +33,36 @@ STAGES = {
 STAGE = re.compile(r"(\[\w+ > |\w+ ➜ )\w+")
 
 
+def named_volumes(scenario: str) -> set[str]:
+    """The named volumes the scenario's platforms mount ("name:/path"; a host path starts with /)."""
+    config = yaml.safe_load((REPO / "molecule" / scenario / "molecule.yml").read_text())
+    names = set()
+    for platform in config.get("platforms", []):
+        for volume in platform.get("volumes", []):
+            source = str(volume).split(":", 1)[0]
+            if source and not source.startswith(("/", ".")):
+                names.add(source)
+    return names
+
+
+def remove_volumes(names: set[str]) -> None:
+    for name in sorted(names):
+        subprocess.run(["podman", "volume", "rm", "--force", name], capture_output=True, check=False)
+
+
 @pytest.mark.parametrize("scenario", sorted(STAGES))
 def test_scenario(scenario, capsys):
+    volumes = named_volumes(scenario)
+    # --force also removes a container a crashed earlier run left on the volume; molecule test begins
+    # by destroying the scenario's containers anyway.
+    remove_volumes(volumes)
+    try:
+        run_scenario(scenario, capsys)
+    finally:
+        remove_volumes(volumes)
+
+
+def run_scenario(scenario, capsys):
     log_path = REPO / ".cache" / f"molecule-{scenario}.log"
     env = dict(
         os.environ,
