@@ -24,8 +24,10 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is only needed by the bulk functions (the `episodes` extra installs it)
+    import numpy as np
 
 MASK64 = (1 << 64) - 1
 # splitmix64's finaliser (Steele, Lea, Flood 2014): a bijection on 64-bit words with full avalanche.
@@ -64,6 +66,8 @@ def mix64(x: int) -> int:
 
 def mix64_array(x: np.ndarray) -> np.ndarray:
     """``mix64`` element-wise on a uint64 array (numpy's uint64 multiply wraps, as the mask does)."""
+    import numpy as np
+
     x = x.astype(np.uint64, copy=True)
     x ^= x >> np.uint64(30)
     x *= np.uint64(MIX_1)
@@ -110,6 +114,8 @@ class Ring:
 
     def owners(self, key_hashes: np.ndarray, chunk: int = 1 << 18) -> np.ndarray:
         """Owner index (into ``workers``) for each key hash; the same choice as ``owner``."""
+        import numpy as np
+
         if not self.workers:
             raise OwnershipError("no cache workers are live; start one or read from the under-store")
         seeds = np.array(self._seeds(), dtype=np.uint64)
@@ -138,6 +144,8 @@ def alluxio_modulo_owner(block_id: int, workers: Sequence[str]) -> str:
 
 def alluxio_modulo_hashes(block_ids: np.ndarray) -> np.ndarray:
     """``abs(md5(block_id).asInt())`` per block id; ``hash % len(workers)`` indexes the sorted workers."""
+    import numpy as np
+
     out = np.empty(len(block_ids), dtype=np.int64)
     for i, block_id in enumerate(np.asarray(block_ids, dtype=np.int64).tolist()):
         digest = hashlib.md5(block_id.to_bytes(8, "little", signed=True), usedforsecurity=False).digest()
@@ -147,5 +155,7 @@ def alluxio_modulo_hashes(block_ids: np.ndarray) -> np.ndarray:
 
 def spread(owner_indexes: np.ndarray, workers: int) -> float:
     """max/mean keys per worker (1.0 is perfect)."""
+    import numpy as np
+
     counts = np.bincount(owner_indexes, minlength=workers)
     return float(counts.max() / counts.mean())
