@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # numpy is only needed by the bulk functions (the `episodes` extra installs it)
@@ -91,15 +92,18 @@ class Ring:
     def of(cls, workers: Iterable[str]) -> Ring:
         return cls(tuple(sorted(workers)))
 
+    @cached_property
     def _seeds(self) -> list[int]:
+        """The workers' seeds, hashed once per ring rather than on every lookup."""
+        if not self.workers:
+            raise OwnershipError("no cache workers are live; start one or read from the under-store")
         return [worker_seed(w) for w in self.workers]
 
     def ranked(self, path: str, page_range: int) -> list[str]:
         """Every worker, best first: the owner, then the fallbacks in order."""
-        if not self.workers:
-            raise OwnershipError("no cache workers are live; start one or read from the under-store")
+        seeds = self._seeds
         h = key_hash(path, page_range)
-        scores = [(mix64(h ^ seed), w) for seed, w in zip(self._seeds(), self.workers, strict=True)]
+        scores = [(mix64(h ^ seed), w) for seed, w in zip(seeds, self.workers, strict=True)]
         return [w for _, w in sorted(scores, reverse=True)]
 
     def owner(self, path: str, page_range: int, exclude: frozenset[str] = frozenset()) -> str:
@@ -116,9 +120,7 @@ class Ring:
         """Owner index (into ``workers``) for each key hash; the same choice as ``owner``."""
         import numpy as np
 
-        if not self.workers:
-            raise OwnershipError("no cache workers are live; start one or read from the under-store")
-        seeds = np.array(self._seeds(), dtype=np.uint64)
+        seeds = np.array(self._seeds, dtype=np.uint64)
         keys = np.asarray(key_hashes, dtype=np.uint64)
         out = np.empty(len(keys), dtype=np.int64)
         for start in range(0, len(keys), chunk):
@@ -137,20 +139,22 @@ def alluxio_modulo_owner(block_id: int, workers: Sequence[str]) -> str:
     if not workers:
         raise OwnershipError("no cache workers are live")
     ordered = sorted(workers, key=str.lower)
+    return ordered[alluxio_hash(block_id) % len(ordered)]
+
+
+def alluxio_hash(block_id: int) -> int:
+    """``abs(md5(block_id).asInt())`` as Guava computes it: the id as a little-endian long, the digest's
+    first 4 bytes as a signed little-endian int."""
     digest = hashlib.md5(block_id.to_bytes(8, "little", signed=True), usedforsecurity=False).digest()
-    hv = abs(int.from_bytes(digest[:4], "little", signed=True))
-    return ordered[hv % len(ordered)]
+    return abs(int.from_bytes(digest[:4], "little", signed=True))
 
 
 def alluxio_modulo_hashes(block_ids: np.ndarray) -> np.ndarray:
     """``abs(md5(block_id).asInt())`` per block id; ``hash % len(workers)`` indexes the sorted workers."""
     import numpy as np
 
-    out = np.empty(len(block_ids), dtype=np.int64)
-    for i, block_id in enumerate(np.asarray(block_ids, dtype=np.int64).tolist()):
-        digest = hashlib.md5(block_id.to_bytes(8, "little", signed=True), usedforsecurity=False).digest()
-        out[i] = abs(int.from_bytes(digest[:4], "little", signed=True))
-    return out
+    ids = np.asarray(block_ids, dtype=np.int64).tolist()
+    return np.fromiter((alluxio_hash(block_id) for block_id in ids), dtype=np.int64, count=len(ids))
 
 
 def spread(owner_indexes: np.ndarray, workers: int) -> float:

@@ -48,12 +48,17 @@ def _check(offset: int, length: int) -> None:
         raise PageError(f"byte range offset={offset} length={length}: neither may be negative")
 
 
-def pages(offset: int, length: int, geometry: Geometry = Geometry()) -> range:
-    """Indexes of the pages that bytes [offset, offset + length) touch (empty for length 0)."""
+def _units(offset: int, length: int, unit: int) -> range:
+    """Indexes of the ``unit``-byte slots that bytes [offset, offset + length) touch (empty for length 0)."""
     _check(offset, length)
     if length == 0:
         return range(0)
-    return range(offset // geometry.page_size, (offset + length - 1) // geometry.page_size + 1)
+    return range(offset // unit, (offset + length - 1) // unit + 1)
+
+
+def pages(offset: int, length: int, geometry: Geometry = Geometry()) -> range:
+    """Indexes of the pages that bytes [offset, offset + length) touch (empty for length 0)."""
+    return _units(offset, length, geometry.page_size)
 
 
 def pieces(offset: int, length: int, geometry: Geometry = Geometry()) -> Iterator[Piece]:
@@ -71,7 +76,7 @@ def page_ranges(spans: Iterable[tuple[int, int]], geometry: Geometry = Geometry(
     """The distinct page ranges that a set of (offset, length) spans touches, sorted."""
     touched: set[int] = set()
     for offset, length in spans:
-        touched.update(p.page_range for p in pieces(offset, length, geometry))
+        touched.update(_units(offset, length, geometry.range_bytes))
     return sorted(touched)
 
 
