@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -671,6 +672,138 @@ def _cmd_ingest_plan(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cache_client(args: argparse.Namespace):
+    from megahour.delivery.client import CacheClient, CacheConfig
+
+    return CacheClient(CacheConfig.load(args.config))
+
+
+def _cmd_cache_warm(args: argparse.Namespace, console: Console) -> int:
+    from megahour.delivery import manifests, warm
+    from megahour.episodes.layout import sample_spec
+
+    client = _cache_client(args)
+    refs = manifests.all_refs(args.manifest, client.config)
+    console.print(f"planning: {len(refs)} rows, {len({r.key for r in refs})} episodes", highlight=False)
+    warm_plan = warm.plan(client, refs, sample_spec(args.spec))
+    total = warm_plan.bytes(client.config.geometry)
+    bar, update = _progress(console, "warm")
+    done = 0
+
+    def advance(nbytes: int) -> None:
+        nonlocal done
+        done += nbytes
+        update(done, total)
+
+    with bar:
+        result = warm.warm(client, warm_plan, progress=advance)
+    report = {"manifest": args.manifest, "spec": args.spec, **result.to_json()}
+    report["client"] = client.stats.to_json()
+    _emit(
+        args,
+        console,
+        report,
+        f"warmed {result.page_ranges} page ranges of {result.objects} episodes, {result.bytes / 1e6:.1f} MB "
+        f"in {result.seconds:.1f} s ({report['mb_per_s']} MB/s); {result.fallbacks} under-store fallbacks",
+    )
+    return 0
+
+
+def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
+    from megahour.delivery import loader, manifests, status
+    from megahour.episodes.layout import sample_spec
+
+    client = _cache_client(args)
+    epochs = []
+    with contextlib.ExitStack() as stack:
+        # One flushed line per sample, so a watcher sees the epoch's progress as it happens.
+        trace = stack.enter_context(open(args.trace, "a", buffering=1)) if args.trace else None
+        cache_loader = stack.enter_context(loader.CacheLoader(client, sample_spec(args.spec), seed=args.seed))
+        for epoch in range(args.epoch, args.epoch + args.epochs):
+            refs = manifests.epoch_refs(
+                args.manifest, client.config, args.rank, args.world_size, epoch, args.seed
+            )
+            delivered: list[dict] = []
+            bar, update = _progress(console, f"epoch {epoch}")
+            total = len(refs)
+
+            def record(item, out=delivered, update=update, total=total, epoch=epoch) -> None:
+                row = {"index": item.index, "t_ns": item.t_ns, "digest": item.digest}
+                out.append(row)
+                if trace is not None:
+                    trace.write(json.dumps({"epoch": epoch, "seq": len(out), **row}) + "\n")
+                update(len(out), total)
+
+            before = client.stats.to_json()
+            snapshot = status.collect(client.config) if args.hit_ratio else None
+            with bar:
+                samples = loader.prefetched(cache_loader.samples(refs, epoch), args.prefetch)
+                steps = loader.simulate_steps(samples, args.step_time, record)
+            after = client.stats.to_json()
+            by_worker = {
+                name: count - before["bytes_by_worker"].get(name, 0)
+                for name, count in after["bytes_by_worker"].items()
+            }
+            epochs.append(
+                {
+                    "epoch": epoch,
+                    "rows": len(refs),
+                    "delivered": delivered,
+                    **steps.to_json(),
+                    "fallbacks": after["fallbacks"] - before["fallbacks"],
+                    "under_store_bytes": after["under_store_bytes"] - before["under_store_bytes"],
+                    "bytes_by_worker": by_worker,
+                    "hit_ratio": (
+                        status.hit_ratio_between(snapshot, status.collect(client.config))
+                        if snapshot is not None
+                        else None
+                    ),
+                }
+            )
+    report = {"manifest": args.manifest, "rank": args.rank, "world_size": args.world_size, "epochs": epochs}
+    if args.json:
+        print(json.dumps(report))
+    else:
+        for e in epochs:
+            ratio = "" if e["hit_ratio"] is None else f", cache hit ratio {e['hit_ratio']:.3f}"
+            console.print(
+                f"epoch {e['epoch']}: {len(e['delivered'])} of {e['rows']} samples, data wait "
+                f"{e['data_wait_fraction'] * 100:.2f}% of {e['total_s']:.1f} s, {e['fallbacks']} under-store "
+                f"fallbacks{ratio}",
+                highlight=False,
+            )
+    return 0
+
+
+def _cmd_cache_status(args: argparse.Namespace, console: Console) -> int:
+    from megahour.delivery import status
+    from megahour.delivery.client import CacheConfig
+
+    report = status.collect(CacheConfig.load(args.config))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        table = Table(title=f"Alluxio {report.version} cache, master {report.master}")
+        for column in ("worker", "address", "state", "used", "capacity", "pages", "hit bytes", "miss bytes"):
+            table.add_column(column)
+        for w in report.workers:
+            table.add_row(
+                w.name,
+                w.address,
+                w.state,
+                f"{w.used_bytes / 1e6:.1f} MB",
+                f"{w.capacity_bytes / 1e9:.2f} GB",
+                "-" if w.pages is None else str(w.pages),
+                "-" if w.cache_bytes_read is None else str(w.cache_bytes_read),
+                "-" if w.ufs_bytes_read is None else str(w.ufs_bytes_read),
+            )
+        console.print(table)
+        ratio = report.hit_ratio
+        console.print(f"hit ratio: {'no reads yet' if ratio is None else f'{ratio:.3f}'}", highlight=False)
+    # Fail closed: a worker the master does not count as active is a problem to see in scripts too.
+    return 0 if report.active == len(report.workers) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="megahour", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -867,6 +1000,40 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_manifest_slice)
 
+    cache = sub.add_parser("cache", help="the NVMe cache tier: warm it from a manifest, read, status")
+    cache = cache.add_subparsers(dest="sub", required=True)
+
+    def cache_config_arg(p: argparse.ArgumentParser) -> None:
+        p.add_argument(
+            "--config", default="/etc/megahour/cache.yml", help="cache client settings (roles/alluxio)"
+        )
+
+    p = cache.add_parser("warm", help="load exactly the page ranges a manifest's samples need")
+    p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest fetch)")
+    p.add_argument("--spec", default="vla", help="sample spec the training reads (its topic groups)")
+    p.add_argument("--json", action="store_true")
+    cache_config_arg(p)
+    p.set_defaults(func=_cmd_cache_warm)
+    p = cache.add_parser("status", help="per-worker usage and the hit ratio; exit 1 when a worker is down")
+    p.add_argument("--json", action="store_true")
+    cache_config_arg(p)
+    p.set_defaults(func=_cmd_cache_status)
+    p = cache.add_parser("read", help="deliver a rank's samples through the cache, as the loader does")
+    p.add_argument("--manifest", required=True)
+    p.add_argument("--rank", type=int, default=0)
+    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--epoch", type=int, default=0, help="first epoch")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--spec", default="vla")
+    p.add_argument("--step-time", type=float, default=0.0, help="simulated training step, seconds")
+    p.add_argument("--prefetch", type=int, default=4, help="samples read ahead on a background thread")
+    p.add_argument("--json", action="store_true", help="one JSON line: every delivered row and its digest")
+    p.add_argument("--trace", help="append one JSON line per delivered sample to this file, as it happens")
+    p.add_argument("--hit-ratio", action="store_true", help="also report each epoch's cache hit ratio")
+    cache_config_arg(p)
+    p.set_defaults(func=_cmd_cache_read)
+
     ing = sub.add_parser("ingest", help="ingestion: steps the Airflow DAG runs, the baseline, test data")
     ing = ing.add_subparsers(dest="sub", required=True)
 
@@ -927,6 +1094,12 @@ def main(argv: list[str] | None = None) -> int:
         from megahour.episodes.errors import EpisodeError, LayoutError
 
         errors = (*errors, EpisodeError, LayoutError, ValueError)
+    if args.command == "cache":
+        from megahour.curation.errors import CurationError
+        from megahour.delivery.client import DeliveryError
+        from megahour.episodes.errors import EpisodeError
+
+        errors = (*errors, DeliveryError, CurationError, EpisodeError, OSError)
     if args.command in ("warehouse", "manifest", "ingest"):
         from megahour.curation.errors import CurationError
 

@@ -187,6 +187,16 @@ SAMPLE_SPECS: dict[str, SampleSpec] = {
             SeriesWindow(("/action",), before_s=0.0, after_s=1.0),
         ),
     ),
+    # The same step for short clips (half-second episodes, as in the test clusters): 2 frames,
+    # 0.2 s of proprio history, a 0.2 s action chunk.
+    "vla_short": SampleSpec(
+        "vla_short",
+        frames=(FrameWindow(("/camera/scene/image", "/camera/wrist/image"), frames=2),),
+        series=(
+            SeriesWindow(("/joint_states", "/gripper/state"), before_s=0.2, after_s=0.0),
+            SeriesWindow(("/action",), before_s=0.0, after_s=0.2),
+        ),
+    ),
     # A world-model clip: 2 s of contiguous frames from two cameras with the actions over the clip.
     "world_model": SampleSpec(
         "world_model",

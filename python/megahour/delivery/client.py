@@ -1,0 +1,321 @@
+"""Reads through the cache: each page range through its owner's proxy, the under-store when it is down.
+
+``CacheClient.read(key, offset, length)`` splits the read at page-range boundaries (``pages.pieces``),
+asks ``Ring.owner`` for each piece's owner among the workers not found down, and fetches the piece with
+a ranged GET through that worker's S3 proxy, so the page range is cached on its owner only. When the
+owner fails (refused, timed out, a 5xx), the piece is read from the under-store at once, so the read
+still returns, and the owner is left out of the ring for ``retry_down_after_s``: meanwhile its page
+ranges go to their next-ranked worker. After that the worker is tried again, and when it answers its
+keys return to it (ownership settles back).
+
+The I/O sits behind ``Transport``; ``HttpTransport`` is the real one (Alluxio proxies, and an S3-style
+HTTP endpoint or a shared directory for the under-store).
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import yaml
+
+from megahour.atomicio import atomic_write_text
+from megahour.delivery.ownership import Ring
+from megahour.delivery.pages import DEFAULT_PAGE_SIZE, Geometry, Piece, pieces
+
+DEFAULT_CONFIG = Path("/etc/megahour/cache.yml")
+
+
+class DeliveryError(RuntimeError):
+    """A read that cannot be served by the cache or the under-store; the message names the fix."""
+
+
+class WorkerUnavailable(DeliveryError):
+    """A cache worker's proxy did not answer; the read goes to the under-store and the next owner."""
+
+
+@dataclass(frozen=True)
+class Worker:
+    name: str
+    proxy_url: str  # http://ADDRESS:39999, the S3 proxy on the worker's node
+
+
+@dataclass(frozen=True)
+class CacheConfig:
+    """What a node knows of the cache tier (/etc/megahour/cache.yml, written by roles/alluxio)."""
+
+    root_ufs: str  # Alluxio's root under-store: a shared directory or s3://BUCKET/PREFIX
+    workers: tuple[Worker, ...]
+    geometry: Geometry = field(default_factory=Geometry)
+    master_url: str = ""  # http://MASTER:19999, for `megahour cache status`
+    # How the client reads the under-store itself: empty for a shared directory (root_ufs), else the
+    # base URL of an S3-style endpoint serving the same objects (path-style, unauthenticated here).
+    under_store_url: str = ""
+    timeout_s: float = 10.0
+    retry_down_after_s: float = 10.0
+    worker_web_port: int = 30000  # the workers' metrics (`megahour cache status`)
+
+    @classmethod
+    def from_dict(cls, data: dict, source: str = "cache config") -> CacheConfig:
+        try:
+            workers = tuple(Worker(str(w["name"]), str(w["proxy_url"]).rstrip("/")) for w in data["workers"])
+            return cls(
+                root_ufs=str(data["root_ufs"]).rstrip("/"),
+                workers=workers,
+                geometry=Geometry(
+                    int(data.get("page_size", DEFAULT_PAGE_SIZE)), int(data.get("pages_per_range", 1))
+                ),
+                master_url=str(data.get("master_url", "")).rstrip("/"),
+                under_store_url=str(data.get("under_store_url", "")).rstrip("/"),
+                timeout_s=float(data.get("timeout_s", 10.0)),
+                retry_down_after_s=float(data.get("retry_down_after_s", 10.0)),
+                worker_web_port=int(data.get("worker_web_port", 30000)),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise DeliveryError(
+                f"{source}: {exc!r}; it needs root_ufs and workers [{{name, proxy_url}}] "
+                "(roles/alluxio writes it on every node; see docs/delivery.md)"
+            ) from None
+
+    @classmethod
+    def load(cls, path: str | Path = DEFAULT_CONFIG) -> CacheConfig:
+        path = Path(path)
+        try:
+            data = yaml.safe_load(path.read_text())
+        except FileNotFoundError:
+            raise DeliveryError(
+                f"{path} does not exist: deploy the cache tier (roles/alluxio, `make deploy`) "
+                "or pass --config"
+            ) from None
+        if not isinstance(data, dict):
+            raise DeliveryError(f"{path}: expected a mapping, got {type(data).__name__}")
+        return cls.from_dict(data, str(path))
+
+    def to_dict(self) -> dict:
+        return {
+            "root_ufs": self.root_ufs,
+            "workers": [{"name": w.name, "proxy_url": w.proxy_url} for w in self.workers],
+            "page_size": self.geometry.page_size,
+            "pages_per_range": self.geometry.pages_per_range,
+            "master_url": self.master_url,
+            "under_store_url": self.under_store_url,
+            "timeout_s": self.timeout_s,
+            "retry_down_after_s": self.retry_down_after_s,
+            "worker_web_port": self.worker_web_port,
+        }
+
+    def save(self, path: str | Path) -> None:
+        atomic_write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+
+    def object_key(self, storage_uri: str) -> str:
+        """The episode's path below root_ufs (``BUCKET/KEY`` to the proxies' S3 API)."""
+        text = storage_uri
+        if text.startswith("file://"):
+            text = text[len("file://") :]
+        root = self.root_ufs
+        if root.startswith("file://"):
+            root = root[len("file://") :]
+        if not text.startswith(root + "/"):
+            raise DeliveryError(
+                f"{storage_uri} is not below the cache's under-store {self.root_ufs}: store episodes there, "
+                "or set alluxio_root_ufs to a directory or bucket that holds them"
+            )
+        key = text[len(root) + 1 :]
+        if "/" not in key:
+            raise DeliveryError(
+                f"{storage_uri}: an object must lie in a directory below {self.root_ufs} (its S3 bucket)"
+            )
+        return key
+
+
+class Transport(Protocol):
+    def proxy_get(self, worker: Worker, key: str, offset: int, length: int) -> bytes: ...
+
+    def under_store_get(self, key: str, offset: int, length: int) -> bytes: ...
+
+
+@dataclass
+class ClientStats:
+    reads: int = 0
+    pieces: int = 0
+    bytes_by_worker: Counter = field(default_factory=Counter)
+    under_store_bytes: int = 0
+    fallbacks: int = 0  # pieces whose owner failed and which the under-store served
+
+    def to_json(self) -> dict:
+        return {
+            "reads": self.reads,
+            "pieces": self.pieces,
+            "bytes_by_worker": dict(sorted(self.bytes_by_worker.items())),
+            "under_store_bytes": self.under_store_bytes,
+            "fallbacks": self.fallbacks,
+        }
+
+
+class CacheClient:
+    """Ranged reads of under-store objects through their owners; thread-safe."""
+
+    def __init__(
+        self,
+        config: CacheConfig,
+        transport: Transport | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not config.workers:
+            raise DeliveryError(
+                "the cache config lists no workers: deploy roles/alluxio on the compute nodes"
+            )
+        self.config = config
+        self.transport = transport if transport is not None else HttpTransport(config)
+        self.ring = Ring.of(w.name for w in config.workers)
+        self._by_name = {w.name: w for w in config.workers}
+        self._clock = clock
+        self._down_until: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self.stats = ClientStats()
+
+    def down(self) -> frozenset[str]:
+        """Workers found down and not yet due for another try."""
+        now = self._clock()
+        with self._lock:
+            for name in [n for n, until in self._down_until.items() if until <= now]:
+                del self._down_until[name]
+            return frozenset(self._down_until)
+
+    def mark_down(self, name: str) -> None:
+        with self._lock:
+            self._down_until[name] = self._clock() + self.config.retry_down_after_s
+
+    def owner(self, key: str, page_range: int) -> str | None:
+        """The worker that serves (key, page_range) now, or None when every worker is down."""
+        down = self.down()
+        if len(down) >= len(self._by_name):
+            return None
+        return self.ring.owner(key, page_range, exclude=down)
+
+    def read(self, key: str, offset: int, length: int) -> bytes:
+        parts = [self._read_piece(key, piece) for piece in pieces(offset, length, self.config.geometry)]
+        with self._lock:
+            self.stats.reads += 1
+        return b"".join(parts)
+
+    def _read_piece(self, key: str, piece: Piece) -> bytes:
+        name = self.owner(key, piece.page_range)
+        fell_back = False
+        if name is not None:
+            try:
+                data = self.transport.proxy_get(self._by_name[name], key, piece.offset, piece.length)
+            except WorkerUnavailable:
+                self.mark_down(name)
+                fell_back = True
+            else:
+                self._check_length(key, piece, data, f"worker {name}")
+                with self._lock:
+                    self.stats.pieces += 1
+                    self.stats.bytes_by_worker[name] += len(data)
+                return data
+        data = self.transport.under_store_get(key, piece.offset, piece.length)
+        self._check_length(key, piece, data, "the under-store")
+        with self._lock:
+            self.stats.pieces += 1
+            self.stats.under_store_bytes += len(data)
+            self.stats.fallbacks += int(fell_back)
+        return data
+
+    @staticmethod
+    def _check_length(key: str, piece: Piece, data: bytes, where: str) -> None:
+        if len(data) != piece.length:
+            raise DeliveryError(
+                f"{key}: {where} returned {len(data)} of {piece.length} bytes at offset {piece.offset}; "
+                "the object is shorter than the read (a stale manifest?)"
+            )
+
+
+class HttpTransport:
+    """Keep-alive HTTP range requests, one connection per (thread, host)."""
+
+    def __init__(self, config: CacheConfig) -> None:
+        self.config = config
+        self._local = threading.local()
+
+    def _connection(self, base_url: str) -> tuple[http.client.HTTPConnection, str]:
+        parts = urllib.parse.urlsplit(base_url)
+        if parts.scheme != "http":
+            raise DeliveryError(f"{base_url}: only http:// proxies and under-store endpoints are supported")
+        pool = getattr(self._local, "pool", None)
+        if pool is None:
+            pool = self._local.pool = {}
+        netloc = parts.netloc
+        conn = pool.get(netloc)
+        if conn is None:
+            conn = pool[netloc] = http.client.HTTPConnection(
+                parts.hostname or "localhost", parts.port or 80, timeout=self.config.timeout_s
+            )
+        return conn, parts.path
+
+    def _drop(self, base_url: str) -> None:
+        pool = getattr(self._local, "pool", {})
+        conn = pool.pop(urllib.parse.urlsplit(base_url).netloc, None)
+        if conn is not None:
+            conn.close()
+
+    def _ranged_get(self, base_url: str, path: str, offset: int, length: int) -> tuple[int, bytes]:
+        conn, prefix = self._connection(base_url)
+        quoted = urllib.parse.quote(f"{prefix}/{path}")
+        try:
+            conn.request("GET", quoted, headers={"Range": f"bytes={offset}-{offset + length - 1}"})
+            response = conn.getresponse()
+            return response.status, response.read()
+        except (OSError, http.client.HTTPException):
+            self._drop(base_url)
+            raise
+
+    def proxy_get(self, worker: Worker, key: str, offset: int, length: int) -> bytes:
+        if length == 0:
+            return b""
+        try:
+            status, data = self._ranged_get(f"{worker.proxy_url}/api/v1/s3", key, offset, length)
+        except (OSError, http.client.HTTPException) as exc:
+            raise WorkerUnavailable(f"worker {worker.name} ({worker.proxy_url}): {exc!r}") from None
+        if status in (200, 206):
+            return _ranged_body(status, data, offset, length)
+        if status == 404:
+            raise DeliveryError(
+                f"{key}: worker {worker.name}'s proxy answered 404: the object is not in the under-store "
+                f"{self.config.root_ufs} (a stale manifest?)"
+            )
+        # 5xx (and anything unexpected) means this worker cannot serve now; the under-store can.
+        raise WorkerUnavailable(f"worker {worker.name} answered {status}: {data[:200]!r}")
+
+    def under_store_get(self, key: str, offset: int, length: int) -> bytes:
+        if length == 0:
+            return b""
+        if not self.config.under_store_url:
+            path = f"{self.config.root_ufs.removeprefix('file://')}/{key}"
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                raise DeliveryError(f"{path}: not in the under-store (a stale manifest?)") from None
+            try:
+                return os.pread(fd, length, offset)
+            finally:
+                os.close(fd)
+        status, data = self._ranged_get(self.config.under_store_url, key, offset, length)
+        if status in (200, 206):
+            return _ranged_body(status, data, offset, length)
+        raise DeliveryError(
+            f"{key}: the under-store {self.config.under_store_url} answered {status} to a range read"
+        )
+
+
+def _ranged_body(status: int, data: bytes, offset: int, length: int) -> bytes:
+    """The requested bytes, also from a server that ignored Range and sent the whole object (200)."""
+    return data if status == 206 else data[offset : offset + length]

@@ -1,0 +1,151 @@
+"""`megahour cache status`: per-worker usage from the master, the hit ratio from the workers' counters.
+
+The master's ``/api/v1/master/info`` lists the workers it knows (``ACTIVE``, or in ``lostWorkers``) with
+their capacity and use. Hits and misses come from each worker's ``/metrics/json/``:
+``Worker.BytesReadCache`` counts bytes served from its page store, ``Worker.BytesReadPerUfs.*`` bytes it
+had to read from the under-store. The master's ``Cluster.*`` sums of the same counters lag by a metrics
+heartbeat, so the workers are asked directly. Counters start at zero when a worker restarts; the hit
+ratio of an interval (an epoch) is ``hit_ratio_between(before, after)``.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+
+from megahour.delivery.client import CacheConfig, DeliveryError
+
+
+@dataclass(frozen=True)
+class WorkerStatus:
+    name: str
+    address: str
+    state: str  # ACTIVE or LOST (as the master sees it), or UNKNOWN when the master does not list it
+    capacity_bytes: int
+    used_bytes: int
+    cache_bytes_read: int | None  # None: its metrics could not be read
+    ufs_bytes_read: int | None
+    pages: int | None
+
+
+@dataclass(frozen=True)
+class CacheStatus:
+    master: str
+    version: str
+    workers: list[WorkerStatus] = field(default_factory=list)
+
+    @property
+    def active(self) -> int:
+        return sum(w.state == "ACTIVE" for w in self.workers)
+
+    @property
+    def cache_bytes_read(self) -> int:
+        return sum(w.cache_bytes_read or 0 for w in self.workers)
+
+    @property
+    def ufs_bytes_read(self) -> int:
+        return sum(w.ufs_bytes_read or 0 for w in self.workers)
+
+    @property
+    def hit_ratio(self) -> float | None:
+        total = self.cache_bytes_read + self.ufs_bytes_read
+        return self.cache_bytes_read / total if total else None
+
+    def to_json(self) -> dict:
+        return {
+            "master": self.master,
+            "version": self.version,
+            "active_workers": self.active,
+            "workers": [asdict(w) for w in self.workers],
+            "cache_bytes_read": self.cache_bytes_read,
+            "ufs_bytes_read": self.ufs_bytes_read,
+            "hit_ratio": self.hit_ratio,
+        }
+
+
+def _counter(metrics: dict, name: str) -> int:
+    return int(metrics.get("counters", {}).get(name, {}).get("count", 0))
+
+
+def worker_counters(metrics: dict) -> tuple[int, int, int]:
+    """(bytes served from cache, bytes read from the under-store, pages held) of one worker's metrics."""
+    counters = metrics.get("counters", {})
+    ufs = sum(int(v.get("count", 0)) for k, v in counters.items() if k.startswith("Worker.BytesReadPerUfs."))
+    pages = int(metrics.get("gauges", {}).get("Client.CachePages", {}).get("value", 0))
+    return _counter(metrics, "Worker.BytesReadCache"), ufs, pages
+
+
+def summarize(
+    config: CacheConfig, master_url: str, master_info: dict, worker_metrics: dict[str, dict | None]
+) -> CacheStatus:
+    """Join the master's view with each configured worker's counters (pure: tested on real outputs)."""
+    by_host: dict[str, tuple[str, dict]] = {}
+    for state, key in (("ACTIVE", "workers"), ("LOST", "lostWorkers")):
+        for info in master_info.get(key, []) or []:
+            by_host[info["address"]["host"]] = (info.get("state", state) or state, info)
+    out = []
+    for worker in config.workers:
+        host = urllib.parse.urlsplit(worker.proxy_url).hostname or ""
+        state, info = by_host.get(host, ("UNKNOWN", {}))
+        metrics = worker_metrics.get(worker.name)
+        cache, ufs, pages = worker_counters(metrics) if metrics is not None else (None, None, None)
+        out.append(
+            WorkerStatus(
+                name=worker.name,
+                address=host,
+                state=state,
+                capacity_bytes=int(info.get("capacityBytes", 0)),
+                used_bytes=int(info.get("usedBytes", 0)),
+                cache_bytes_read=cache,
+                ufs_bytes_read=ufs,
+                pages=pages,
+            )
+        )
+    return CacheStatus(master=master_url, version=str(master_info.get("version", "")), workers=out)
+
+
+def hit_ratio_between(before: CacheStatus, after: CacheStatus) -> float | None:
+    """Hit ratio of the reads between two snapshots, per worker, ignoring a worker whose counters reset."""
+    hits = misses = 0
+    earlier = {w.name: w for w in before.workers}
+    for w in after.workers:
+        b = earlier.get(w.name)
+        if w.cache_bytes_read is None or w.ufs_bytes_read is None:
+            continue
+        b_cache = b.cache_bytes_read if b and b.cache_bytes_read is not None else 0
+        b_ufs = b.ufs_bytes_read if b and b.ufs_bytes_read is not None else 0
+        if w.cache_bytes_read < b_cache or w.ufs_bytes_read < b_ufs:  # restarted in between: count from 0
+            b_cache = b_ufs = 0
+        hits += w.cache_bytes_read - b_cache
+        misses += w.ufs_bytes_read - b_ufs
+    return hits / (hits + misses) if hits + misses else None
+
+
+def _get_json(url: str, timeout: float) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return json.loads(response.read())
+
+
+def collect(config: CacheConfig, get_json: Callable[[str, float], dict] = _get_json) -> CacheStatus:
+    if not config.master_url:
+        raise DeliveryError("the cache config has no master_url: deploy roles/alluxio again")
+    try:
+        info = get_json(f"{config.master_url}/api/v1/master/info", config.timeout_s)
+    except (OSError, urllib.error.URLError, ValueError) as exc:
+        raise DeliveryError(
+            f"the Alluxio master at {config.master_url} did not answer ({exc}); "
+            "check `systemctl status alluxio-master` on the controller"
+        ) from None
+    metrics: dict[str, dict | None] = {}
+    for worker in config.workers:
+        host = urllib.parse.urlsplit(worker.proxy_url).hostname
+        try:
+            url = f"http://{host}:{config.worker_web_port}/metrics/json/"
+            metrics[worker.name] = get_json(url, config.timeout_s)
+        except (OSError, urllib.error.URLError, ValueError):
+            metrics[worker.name] = None  # down: reported as such, never guessed
+    return summarize(config, config.master_url, info, metrics)

@@ -1,0 +1,110 @@
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from megahour.delivery.client import CacheClient, CacheConfig, DeliveryError
+from megahour.delivery.pages import pieces
+from tests.delivery.conftest import FakeClock, MemoryTransport, make_config
+
+DATA = bytes(range(256)) * 200  # 51,200 bytes: 13 pages of 4 KiB
+
+
+def client_for(objects=None, **kw) -> tuple[CacheClient, MemoryTransport, FakeClock]:
+    transport = MemoryTransport(objects if objects is not None else {"storage/a.mcap": DATA})
+    clock = FakeClock()
+    return CacheClient(make_config(**kw), transport, clock=clock), transport, clock
+
+
+@settings(max_examples=200, deadline=None)
+@given(offset=st.integers(0, len(DATA)), length=st.integers(0, len(DATA)), pages_per_range=st.integers(1, 4))
+def test_reads_return_the_objects_bytes(offset: int, length: int, pages_per_range: int) -> None:
+    length = min(length, len(DATA) - offset)
+    client, _, _ = client_for(pages_per_range=pages_per_range)
+    assert client.read("storage/a.mcap", offset, length) == DATA[offset : offset + length]
+
+
+def test_each_piece_goes_through_its_owner_only() -> None:
+    client, transport, _ = client_for()
+    client.read("storage/a.mcap", 1000, 30000)
+    expected = [
+        (client.ring.owner("storage/a.mcap", p.page_range), "storage/a.mcap", p.offset, p.length)
+        for p in pieces(1000, 30000, client.config.geometry)
+    ]
+    assert transport.calls == expected
+    assert client.stats.under_store_bytes == 0
+    assert sum(client.stats.bytes_by_worker.values()) == 30000
+
+
+def test_a_down_owner_falls_back_to_the_under_store_then_the_next_owner() -> None:
+    client, transport, _ = client_for()
+    key = "storage/a.mcap"
+    owner = client.ring.owner(key, 2)
+    second = client.ring.ranked(key, 2)[1]
+    transport.down.add(owner)
+
+    assert client.read(key, 2 * 4096, 4096) == DATA[2 * 4096 : 3 * 4096]
+    assert transport.calls == [(owner, key, 8192, 4096), (None, key, 8192, 4096)]
+    assert client.stats.fallbacks == 1 and client.down() == {owner}
+
+    transport.calls.clear()
+    assert client.read(key, 2 * 4096, 4096) == DATA[2 * 4096 : 3 * 4096]
+    assert transport.calls == [(second, key, 8192, 4096)]
+
+
+def test_ownership_settles_back_when_the_worker_returns() -> None:
+    client, transport, clock = client_for()
+    key = "storage/a.mcap"
+    owner = client.ring.owner(key, 0)
+    transport.down.add(owner)
+    client.read(key, 0, 100)
+    transport.down.clear()
+
+    clock.now += 9.9  # still inside retry_down_after_s: the next owner serves
+    transport.calls.clear()
+    client.read(key, 0, 100)
+    assert transport.calls[0][0] != owner
+
+    clock.now += 0.2
+    transport.calls.clear()
+    client.read(key, 0, 100)
+    assert transport.calls == [(owner, key, 0, 100)]
+    assert client.down() == frozenset()
+
+
+def test_every_worker_down_reads_the_under_store() -> None:
+    client, transport, _ = client_for(workers=2)
+    transport.down.update({"gpu-1", "gpu-2"})
+    assert client.read("storage/a.mcap", 0, 20000) == DATA[:20000]
+    assert client.down() == {"gpu-1", "gpu-2"}
+    transport.calls.clear()
+    client.read("storage/a.mcap", 0, 10)
+    assert transport.calls == [(None, "storage/a.mcap", 0, 10)]
+
+
+def test_a_short_object_is_an_error_naming_it() -> None:
+    client, _, _ = client_for()
+    with pytest.raises(DeliveryError, match=r"storage/a.mcap: worker .* returned 0 of 10 bytes"):
+        client.read("storage/a.mcap", len(DATA), 10)
+
+
+def test_config_round_trip_and_object_keys(tmp_path) -> None:
+    config = make_config()
+    config.save(tmp_path / "cache.yml")
+    loaded = CacheConfig.load(tmp_path / "cache.yml")
+    assert loaded == config
+    assert config.object_key("file:///srv/megahour/storage/x/e.mcap") == "storage/x/e.mcap"
+    assert config.object_key("/srv/megahour/storage/e.mcap") == "storage/e.mcap"
+    with pytest.raises(DeliveryError, match="not below the cache's under-store /srv/megahour"):
+        config.object_key("/data/e.mcap")
+    with pytest.raises(DeliveryError, match="must lie in a directory"):
+        config.object_key("/srv/megahour/e.mcap")
+
+
+def test_config_errors_name_the_file_and_the_fix(tmp_path) -> None:
+    with pytest.raises(DeliveryError, match="does not exist: deploy the cache tier"):
+        CacheConfig.load(tmp_path / "missing.yml")
+    (tmp_path / "bad.yml").write_text("root_ufs: /x\n")
+    with pytest.raises(DeliveryError, match=r"bad.yml: KeyError\('workers'\); it needs root_ufs and workers"):
+        CacheConfig.load(tmp_path / "bad.yml")
