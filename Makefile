@@ -9,6 +9,8 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 NODES ?= 2
 GPUS_PER_NODE ?= 2
+# REMOTE_STORE=1: add the `store` container, the cache's under-store as a remote S3 server.
+REMOTE_STORE ?=
 
 .PHONY: help venv prereqs image up deploy down status test lint unit integration molecule bench-deploy clean
 
@@ -35,7 +37,7 @@ image: prereqs ## Build the node image (cached by recipe)
 	megahour cluster image
 
 up: prereqs ## Stand up the local cluster and deploy site.yml onto it
-	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE)
+	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(REMOTE_STORE),--remote-store)
 	ansible-playbook playbooks/site.yml
 	megahour cluster status
 

@@ -68,3 +68,18 @@ def test_status_checks_postgres_and_the_airflow_services_on_the_controller():
         assert unit in controller
     assert "airflow-triggerer" in controller
     assert not any(s.startswith("airflow") for s in EXPECTED_SERVICES["compute"])
+
+
+def test_the_remote_store_is_an_extra_container_outside_the_cluster_group():
+    spec = ClusterSpec(remote_store=True)
+    store = spec.hosts[-1]
+    assert (store.name, store.role, store.gpus) == ("store", "storage", 0)
+    args = spec.run_args(store)
+    assert args[args.index("--cap-add") + 1] == "NET_ADMIN"
+    assert "--cap-add" not in spec.run_args(spec.hosts[0])
+    groups = spec.inventory()["all"]["children"]
+    assert groups["storage"]["hosts"] == {"store": None}
+    assert "store" not in groups["cluster"]["children"]["compute"]["hosts"]
+    assert "storage" not in ClusterSpec().inventory()["all"]["children"]
+    assert "s3proxy" in EXPECTED_SERVICES["storage"]
+    assert {"alluxio-worker", "alluxio-proxy"} <= set(EXPECTED_SERVICES["compute"])

@@ -13,6 +13,9 @@ CLUSTER_LABEL = "megahour.cluster"
 ROLE_LABEL = "megahour.role"
 CONTROLLER_NAME = "ctl"
 COMPUTE_PREFIX = "gpu-"
+# The optional remote under-store (`megahour cluster up --remote-store`): an S3 server behind a
+# bandwidth cap (tc) and a delaying proxy, which the cache tier reads over the network.
+STORE_NAME = "store"
 # Every container mounts one podman named volume here: the cluster's shared filesystem
 # (landing, storage, ingest runs), as a vendor's NFS/Lustre mount would be.
 SHARED_MOUNT = "/srv/megahour"
@@ -42,8 +45,11 @@ EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
         "airflow-dag-processor",
         "airflow-triggerer",
     ),
-    "compute": ("munge", "slurmd", "prometheus-node-exporter"),
+    "compute": ("munge", "slurmd", "prometheus-node-exporter", "alluxio-worker", "alluxio-proxy"),
+    "storage": ("s3proxy", "megahour-delayproxy", "megahour-store-shaping"),
 }
+# The controller runs the cache tier's master and a proxy as well (roles/alluxio).
+EXPECTED_SERVICES["controller"] += ("alluxio-master", "alluxio-proxy")
 
 
 class SpecError(ValueError):
@@ -53,7 +59,7 @@ class SpecError(ValueError):
 @dataclass(frozen=True)
 class HostSpec:
     name: str
-    role: str  # "controller" or "compute"
+    role: str  # "controller", "compute" or "storage"
     gpus: int = 0
 
     @property
@@ -71,6 +77,7 @@ class ClusterSpec:
     gpus_per_node: int = 2
     gpu_model: str = "h100"
     image: str = "localhost/megahour-node:latest"
+    remote_store: bool = False
     hosts: tuple[HostSpec, ...] = field(init=False)
 
     @property
@@ -95,6 +102,8 @@ class ClusterSpec:
             HostSpec(f"{COMPUTE_PREFIX}{i}", "compute", self.gpus_per_node)
             for i in range(1, self.compute_nodes + 1)
         ]
+        if self.remote_store:
+            hosts.append(HostSpec(STORE_NAME, "storage"))
         object.__setattr__(self, "hosts", tuple(hosts))
 
     def run_args(self, host: HostSpec) -> list[str]:
@@ -118,6 +127,9 @@ class ClusterSpec:
         ]
         for device in host.devices:
             args += ["--device", device]
+        if host.role == "storage":
+            # tc needs it to cap the store's egress (the emulated remote link's bandwidth).
+            args += ["--cap-add", "NET_ADMIN"]
         args += [self.image, "/sbin/init"]
         return args
 
@@ -143,6 +155,7 @@ class ClusterSpec:
                             "megahour_cluster_name": self.name,
                         },
                     },
+                    **self._storage_group(),
                     # The ClickHouse warehouse (roles/warehouse) runs on the controller container.
                     "warehouse": {"hosts": dict(controller)},
                     # Airflow (roles/airflow) runs on the controller container as well: it only
@@ -151,6 +164,13 @@ class ClusterSpec:
                 }
             }
         }
+
+    def _storage_group(self) -> dict:
+        """The `storage` group (roles/understore), outside `cluster`: it runs no Slurm or cache daemon."""
+        store = {h.name: None for h in self.hosts if h.role == "storage"}
+        if not store:
+            return {}
+        return {"storage": {"hosts": store, "vars": {"ansible_connection": "containers.podman.podman"}}}
 
     def inventory_yaml(self) -> str:
         header = (
