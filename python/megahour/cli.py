@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import sys
+import threading
 from pathlib import Path
 
 from rich.console import Console
@@ -36,7 +37,12 @@ def _cmd_host_prereqs(args: argparse.Namespace, console: Console) -> int:
 def _spec(args: argparse.Namespace):
     from megahour.cluster.spec import ClusterSpec
 
-    return ClusterSpec(compute_nodes=args.nodes, gpus_per_node=args.gpus_per_node, gpu_model=args.gpu_model)
+    return ClusterSpec(
+        compute_nodes=args.nodes,
+        gpus_per_node=args.gpus_per_node,
+        gpu_model=args.gpu_model,
+        remote_store=getattr(args, "remote_store", False),
+    )
 
 
 def _cmd_cluster_image(args: argparse.Namespace, console: Console) -> int:
@@ -675,7 +681,7 @@ def _cmd_ingest_plan(args: argparse.Namespace, console: Console) -> int:
 def _cache_client(args: argparse.Namespace):
     from megahour.delivery.client import CacheClient, CacheConfig
 
-    return CacheClient(CacheConfig.load(args.config))
+    return CacheClient(CacheConfig.load(args.config), bypass=getattr(args, "direct", False))
 
 
 def _cmd_cache_warm(args: argparse.Namespace, console: Console) -> int:
@@ -687,23 +693,26 @@ def _cmd_cache_warm(args: argparse.Namespace, console: Console) -> int:
     console.print(f"planning: {len(refs)} rows, {len({r.key for r in refs})} episodes", highlight=False)
     warm_plan = warm.plan(client, refs, sample_spec(args.spec))
     total = warm_plan.bytes(client.config.geometry)
-    bar, update = _progress(console, "warm")
+    bar, update = _progress(console, "read (no cache)" if args.direct else "warm")
     done = 0
+    lock = threading.Lock()
 
     def advance(nbytes: int) -> None:
         nonlocal done
-        done += nbytes
-        update(done, total)
+        with lock:
+            done += nbytes
+            update(done, total)
 
     with bar:
-        result = warm.warm(client, warm_plan, progress=advance)
-    report = {"manifest": args.manifest, "spec": args.spec, **result.to_json()}
+        result = warm.warm(client, warm_plan, progress=advance, parallel=args.parallel)
+    report = {"manifest": args.manifest, "spec": args.spec, "direct": args.direct, **result.to_json()}
     report["client"] = client.stats.to_json()
     _emit(
         args,
         console,
         report,
-        f"warmed {result.page_ranges} page ranges of {result.objects} episodes, {result.bytes / 1e6:.1f} MB "
+        f"{'read (no cache)' if args.direct else 'warmed'} {result.page_ranges} page ranges of "
+        f"{result.objects} episodes, {result.bytes / 1e6:.1f} MB "
         f"in {result.seconds:.1f} s ({report['mb_per_s']} MB/s); {result.fallbacks} under-store fallbacks",
     )
     return 0
@@ -744,6 +753,8 @@ def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
                 name: count - before["bytes_by_worker"].get(name, 0)
                 for name, count in after["bytes_by_worker"].items()
             }
+            under_store_bytes = after["under_store_bytes"] - before["under_store_bytes"]
+            read_bytes = sum(by_worker.values()) + under_store_bytes
             epochs.append(
                 {
                     "epoch": epoch,
@@ -751,8 +762,11 @@ def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
                     "delivered": delivered,
                     **steps.to_json(),
                     "fallbacks": after["fallbacks"] - before["fallbacks"],
-                    "under_store_bytes": after["under_store_bytes"] - before["under_store_bytes"],
+                    "under_store_bytes": under_store_bytes,
                     "bytes_by_worker": by_worker,
+                    "bytes": read_bytes,
+                    "mb_per_s": round(read_bytes / 1e6 / steps.total_s, 2) if steps.total_s > 0 else None,
+                    "samples_per_s": round(steps.steps / steps.total_s, 2) if steps.total_s > 0 else None,
                     "hit_ratio": (
                         status.hit_ratio_between(snapshot, status.collect(client.config))
                         if snapshot is not None
@@ -824,6 +838,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--nodes", type=int, default=2, help="compute nodes (default 2)")
     p.add_argument("--gpus-per-node", type=int, default=2, help="fake GPUs per compute node (default 2)")
     p.add_argument("--gpu-model", default="h100", help="GPU model profile of the fake GPUs (default h100)")
+    p.add_argument(
+        "--remote-store",
+        action="store_true",
+        help="add the `store` container: the cache's under-store as a remote S3 server (tc and delays)",
+    )
     p.set_defaults(func=_cmd_cluster_up)
     p = cluster.add_parser("down", help="remove the containers, network and local inventory")
     p.set_defaults(func=_cmd_cluster_down)
@@ -1011,6 +1030,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = cache.add_parser("warm", help="load exactly the page ranges a manifest's samples need")
     p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest fetch)")
     p.add_argument("--spec", default="vla", help="sample spec the training reads (its topic groups)")
+    p.add_argument("--parallel", type=int, default=4, help="page ranges read at once")
+    p.add_argument(
+        "--direct", action="store_true", help="read the same page ranges from the under-store (baseline)"
+    )
     p.add_argument("--json", action="store_true")
     cache_config_arg(p)
     p.set_defaults(func=_cmd_cache_warm)
@@ -1031,6 +1054,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON line: every delivered row and its digest")
     p.add_argument("--trace", help="append one JSON line per delivered sample to this file, as it happens")
     p.add_argument("--hit-ratio", action="store_true", help="also report each epoch's cache hit ratio")
+    p.add_argument("--direct", action="store_true", help="bypass the cache: read the under-store (baseline)")
     cache_config_arg(p)
     p.set_defaults(func=_cmd_cache_read)
 

@@ -108,3 +108,23 @@ def test_config_errors_name_the_file_and_the_fix(tmp_path) -> None:
     (tmp_path / "bad.yml").write_text("root_ufs: /x\n")
     with pytest.raises(DeliveryError, match=r"bad.yml: KeyError\('workers'\); it needs root_ufs and workers"):
         CacheConfig.load(tmp_path / "bad.yml")
+
+
+def test_bypass_reads_only_the_under_store() -> None:
+    transport = MemoryTransport({"storage/a.mcap": DATA})
+    client = CacheClient(make_config(), transport, clock=FakeClock(), bypass=True)
+    assert client.read("storage/a.mcap", 100, 20000) == DATA[100:20100]
+    assert {worker for worker, *_ in transport.calls} == {None}
+    assert client.stats.under_store_bytes == 20000 and client.stats.fallbacks == 0
+
+
+def test_an_object_store_root_maps_the_shared_filesystems_uris() -> None:
+    import dataclasses
+
+    config = dataclasses.replace(make_config(), root_ufs="s3://megahour", local_root="/srv/megahour")
+    assert config.object_key("file:///srv/megahour/verify/storage/e.mcap") == "verify/storage/e.mcap"
+    assert config.object_key("s3://megahour/verify/e.mcap") == "verify/e.mcap"
+    with pytest.raises(
+        DeliveryError, match="not below the cache's under-store s3://megahour or /srv/megahour"
+    ):
+        config.object_key("/data/e.mcap")

@@ -93,3 +93,16 @@ def test_warm_loads_exactly_the_planned_page_ranges_and_then_reads_hit_them(tune
             list(loader.samples(refs, epoch))
     read = {(key, offset // 16384) for _, key, offset, _ in transport.calls}
     assert read <= warmed
+
+
+def test_parallel_warm_reads_the_same_ranges(tuned_episodes) -> None:
+    transport = MemoryTransport(tuned_episodes)
+    client = CacheClient(make_config(workers=3, page_size=16384), transport, clock=FakeClock())
+    warm_plan = plan(client, refs_of(tuned_episodes), SPEC)
+    transport.calls.clear()
+    serial = warm(client, warm_plan)
+    serial_calls = sorted(transport.calls, key=str)
+    transport.calls.clear()
+    parallel = warm(client, warm_plan, parallel=4)
+    assert sorted(transport.calls, key=str) == serial_calls
+    assert (parallel.bytes, parallel.page_ranges) == (serial.bytes, serial.page_ranges)

@@ -62,6 +62,9 @@ class CacheConfig:
     timeout_s: float = 10.0
     retry_down_after_s: float = 10.0
     worker_web_port: int = 30000  # the workers' metrics (`megahour cache status`)
+    # Where the nodes see the same objects as files (the episode store's file:// URIs), when root_ufs is
+    # an object store that serves a shared filesystem; empty when root_ufs is that directory itself.
+    local_root: str = ""
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "cache config") -> CacheConfig:
@@ -78,6 +81,7 @@ class CacheConfig:
                 timeout_s=float(data.get("timeout_s", 10.0)),
                 retry_down_after_s=float(data.get("retry_down_after_s", 10.0)),
                 worker_web_port=int(data.get("worker_web_port", 30000)),
+                local_root=str(data.get("local_root", "") or "").rstrip("/"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeliveryError(
@@ -110,6 +114,7 @@ class CacheConfig:
             "timeout_s": self.timeout_s,
             "retry_down_after_s": self.retry_down_after_s,
             "worker_web_port": self.worker_web_port,
+            "local_root": self.local_root,
         }
 
     def save(self, path: str | Path) -> None:
@@ -117,16 +122,13 @@ class CacheConfig:
 
     def object_key(self, storage_uri: str) -> str:
         """The episode's path below root_ufs (``BUCKET/KEY`` to the proxies' S3 API)."""
-        text = storage_uri
-        if text.startswith("file://"):
-            text = text[len("file://") :]
-        root = self.root_ufs
-        if root.startswith("file://"):
-            root = root[len("file://") :]
-        if not text.startswith(root + "/"):
+        text = storage_uri.removeprefix("file://")
+        roots = [r.removeprefix("file://") for r in (self.root_ufs, self.local_root) if r]
+        root = next((r for r in roots if text.startswith(r + "/")), None)
+        if root is None:
             raise DeliveryError(
-                f"{storage_uri} is not below the cache's under-store {self.root_ufs}: store episodes there, "
-                "or set alluxio_root_ufs to a directory or bucket that holds them"
+                f"{storage_uri} is not below the cache's under-store {' or '.join(roots)}: store episodes "
+                "there, or set alluxio_root_ufs to a directory or bucket that holds them"
             )
         key = text[len(root) + 1 :]
         if "/" not in key:
@@ -168,7 +170,10 @@ class CacheClient:
         config: CacheConfig,
         transport: Transport | None = None,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        bypass: bool = False,
     ) -> None:
+        """``bypass``: read everything from the under-store directly (the no-cache baseline)."""
         if not config.workers:
             raise DeliveryError(
                 "the cache config lists no workers: deploy roles/alluxio on the compute nodes"
@@ -178,6 +183,7 @@ class CacheClient:
         self.ring = Ring.of(w.name for w in config.workers)
         self._by_name = {w.name: w for w in config.workers}
         self._clock = clock
+        self.bypass = bypass
         self._down_until: dict[str, float] = {}
         self._lock = threading.Lock()
         self.stats = ClientStats()
@@ -195,7 +201,9 @@ class CacheClient:
             self._down_until[name] = self._clock() + self.config.retry_down_after_s
 
     def owner(self, key: str, page_range: int) -> str | None:
-        """The worker that serves (key, page_range) now, or None when every worker is down."""
+        """The worker that serves (key, page_range) now, or None when every worker is down (or bypassed)."""
+        if self.bypass:
+            return None
         down = self.down()
         if len(down) >= len(self._by_name):
             return None
