@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
 from pathlib import Path
 
@@ -31,3 +32,33 @@ def write_json(path: Path | None, results: dict, console: Console) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2, sort_keys=True))
     console.print(f"figures written to {path}")
+
+
+# -- the local cluster ---------------------------------------------------------------------------------
+
+
+def podman(*args: str, check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def in_container(
+    name: str, command: str, *, user: str | None = None, check: bool = True, timeout: float = 3600
+):
+    wrapped = f"runuser -u {user} -- bash -lc {shlex.quote(command)}" if user else command
+    return podman("exec", name, "bash", "-lc", wrapped, check=check, timeout=timeout)
+
+
+def running_containers() -> list[str] | str:
+    """Names of the running containers, or why podman cannot tell."""
+    try:
+        return podman("ps", "--format", "{{.Names}}", check=False).stdout.split()
+    except (OSError, subprocess.SubprocessError) as exc:
+        return f"podman is not usable ({exc})"
+
+
+def shared_mountpoint() -> Path:
+    """Where the cluster's shared volume (mounted at /srv/megahour in every container) lives on this host."""
+    from megahour.cluster.spec import shared_volume_name
+
+    out = podman("volume", "inspect", "--format", "{{.Mountpoint}}", shared_volume_name("local"))
+    return Path(out.stdout.strip())

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Delivery: how evenly cache ownership spreads, and how much of it moves when a worker joins or leaves.
 
-Built so far (issue 7, part 1): the ownership figures, pure and without a cluster.
+Two parts, both in one run:
 
   Key spread: 10M synthetic (file, page) keys (quick: 1M) over 64 workers, as max/mean keys per worker,
   and the fraction of keys whose owner changes when a 65th worker joins or one of the 64 leaves, against
@@ -10,8 +10,17 @@ Built so far (issue 7, part 1): the ownership figures, pure and without a cluste
   keys, in one run. Alluxio's policy hashes block ids, so each (file, page) is given the block id
   ``file << 24 | page``, Alluxio's own layout of container id and sequence number.
 
-Not built yet (they need the Alluxio role and the loader): warm-cache read throughput against the emulated
-remote under-store, and the training loop's data-wait fraction on cold and warm caches.
+  Reads on the local cluster (skipped with a message when it is not up, or with --no-cluster): fresh
+  simulated episodes in the shared volume, a manifest over them (each episode three times, sampled at three
+  times), then on gpu-1 through ``megahour cache read``, the loader the trainer uses:
+  - the training loop's data-wait fraction at a fixed simulated step (--step-time, default 0.25 s, two
+    samples prefetched), on the cold cache (epoch 0), then on the warm cache after ``megahour cache warm``;
+  - per-node read throughput: every page range the samples need, 4 at a time, through the warm cache
+    (``megahour cache warm`` again, all hits), against the same ranges read from the under-store directly
+    (``--direct``), in the same run.
+  The remote is the `store` container (``make up REMOTE_STORE=1``): an S3 server behind a tc bandwidth cap
+  and a delaying proxy (roles/understore). Without it the under-store is the shared volume on this
+  machine's disk, and the figures say so (``under_store``).
 
     python benchmarks/delivery.py --quick --json benchmarks/results/delivery-quick.json
     python benchmarks/delivery.py --json benchmarks/results/delivery.json
@@ -20,7 +29,9 @@ remote under-store, and the training loop's data-wait fraction on cold and warm 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -32,7 +43,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import git_commit, write_json
+from benchlib import git_commit, in_container, running_containers, shared_mountpoint, write_json
 from megahour.delivery.ownership import Ring, alluxio_modulo_hashes, key_hash, spread
 
 console = Console(stderr=True)
@@ -128,6 +139,148 @@ def ownership_figures(count: int) -> dict:
     }
 
 
+# -- reads on the local cluster -------------------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parent.parent
+NODE = "gpu-1"
+SHARED = "/srv/megahour"
+
+
+def cluster_ready() -> str | None:
+    """None when the local cluster serves the cache; otherwise why the read figures are skipped."""
+    out = running_containers()
+    if isinstance(out, str):
+        return out
+    if NODE not in out:
+        return "the local cluster is not up; run `make up` first"
+    state = in_container(NODE, "systemctl is-active alluxio-worker alluxio-proxy", check=False)
+    if state.returncode != 0 or in_container(NODE, "megahour cache status", check=False).returncode != 0:
+        return "the cache tier is not running on the local cluster; deploy it with `make deploy`"
+    return None
+
+
+def bench_episodes(count: int, seconds: float) -> list[Path]:
+    """Tuned simulated episodes, cached by count and length: rendering and encoding are slow."""
+    from megahour.episodes import sim, transcode
+    from megahour.episodes.mcapio import write_raw
+
+    cache = REPO / ".cache" / "bench-delivery" / f"episodes-{count}x{seconds:g}s"
+    paths = [cache / f"ep-{i:03d}.mcap" for i in range(count)]
+    if not (cache / ".complete").exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task(f"simulating {count} episodes of {seconds:g} s", total=count)
+            for i, path in enumerate(paths):
+                raw = cache / f"raw-{i:03d}.mcap"
+                write_raw(sim.simulate(sim.SimConfig(seed=1000 + i, duration_s=seconds)), raw)
+                transcode.transcode(raw, path)
+                raw.unlink()
+                progress.advance(task)
+        (cache / ".complete").touch()
+    return paths
+
+
+def node_json(command: str) -> dict:
+    out = in_container(NODE, command, timeout=3600)
+    return json.loads(out.stdout)
+
+
+def read_figures(quick: bool, step_time: float) -> dict:
+    import pyarrow as pa
+
+    from megahour.curation.manifest import write_manifest
+
+    episodes = bench_episodes(4 if quick else 24, 4.0)
+    run = f"bench-delivery/{time.strftime('%Y%m%dT%H%M%S')}"  # fresh objects: a cold cache by construction
+    target = shared_mountpoint() / run
+    target.mkdir(parents=True)
+    for path in episodes:
+        shutil.copyfile(path, target / path.name)
+        os.chmod(target / path.name, 0o644)
+    for directory in (target, target.parent):
+        os.chmod(directory, 0o755)
+    rows = [
+        (f"{p.stem}-{k}", f"file://{SHARED}/{run}/{p.name}", p.stat().st_size)
+        for k in range(3)
+        for p in episodes
+    ]
+    table = pa.table(
+        {
+            "episode_id": [r[0] for r in rows],
+            "storage_uri": [r[1] for r in rows],
+            "bytes": pa.array([r[2] for r in rows], type=pa.uint64()),
+        }
+    )
+    write_manifest(
+        table,
+        target / "manifest.arrow",
+        world_size=1,
+        query="benchmarks/delivery.py",
+        warehouse="none",
+        warehouse_version="",
+    )
+    manifest = f"{SHARED}/{run}/manifest.arrow"
+    in_container(NODE, f"megahour manifest verify {manifest} --json")
+    read = f"megahour cache read --manifest {manifest} --spec vla --json"
+    warm_cmd = f"megahour cache warm --manifest {manifest} --spec vla --parallel 4 --json"
+    remote = in_container(NODE, "grep -q '^under_store_url: \"http' /etc/megahour/cache.yml", check=False)
+    under_store = (
+        "remote: the store container's S3 server behind tc and the delaying proxy (roles/understore)"
+        if remote.returncode == 0
+        else "the shared volume on this machine's disk (cluster up without --remote-store)"
+    )
+    console.print(
+        f"{len(rows)} samples over {len(episodes)} episodes in {SHARED}/{run} on {NODE}; {under_store}"
+    )
+    cold = node_json(f"{read} --epoch 0 --step-time {step_time} --prefetch 2")["epochs"][0]
+    warm_up = node_json(warm_cmd)
+    hot = node_json(f"{read} --epoch 1 --step-time {step_time} --prefetch 2 --hit-ratio")["epochs"][0]
+    cached = node_json(warm_cmd)  # every range again, now all hits: the warm cache's read throughput
+    direct = node_json(f"{warm_cmd} --direct")  # the same ranges from the under-store
+    table_out = Table(title=f"reads on {NODE}: {len(rows)} samples, step {step_time:g} s")
+    for col in ("run", "data wait", "samples/s", "hit ratio"):
+        table_out.add_column(col, justify="right")
+    for label, e in (("cold cache, stepped", cold), ("warm cache, stepped", hot)):
+        ratio = e.get("hit_ratio")
+        table_out.add_row(
+            label,
+            f"{e['data_wait_fraction']:.2%}",
+            f"{e['samples_per_s']}",
+            "-" if ratio is None else f"{ratio:.3f}",
+        )
+    console.print(table_out)
+    speedup = cached["mb_per_s"] / direct["mb_per_s"]
+    console.print(
+        f"read throughput on {NODE} ({cached['page_ranges']} page ranges, 4 at a time): warm cache "
+        f"{cached['mb_per_s']} MB/s, under-store {direct['mb_per_s']} MB/s: [bold]{speedup:.1f}x[/]"
+    )
+
+    def strip(e: dict) -> dict:
+        return {k: v for k, v in e.items() if k != "delivered"}
+
+    return {
+        "node": NODE,
+        "samples": len(rows),
+        "episodes": len(episodes),
+        "step_time_s": step_time,
+        "under_store": under_store,
+        "under_store_remote": remote.returncode == 0,
+        "cold": strip(cold),
+        "warm_up": warm_up,
+        "warm": strip(hot),
+        "warm_read": cached,
+        "under_store_read": direct,
+        "data_wait_cold": cold["data_wait_fraction"],
+        "data_wait_warm": hot["data_wait_fraction"],
+        "warm_hit_ratio": hot["hit_ratio"],
+        "warm_read_mb_per_s": cached["mb_per_s"],
+        "under_store_read_mb_per_s": direct["mb_per_s"],
+        "warm_over_under_store_read": speedup,
+        "target_warm_over_remote": 5.0,
+        "target_data_wait_warm": 0.02,
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -135,11 +288,18 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1M keys instead of 10M (< 2 min)")
     parser.add_argument("--keys", type=int, help="number of (file, page) keys (default 10M; quick 1M)")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument("--no-cluster", action="store_true", help="only the ownership figures")
+    parser.add_argument("--step-time", type=float, default=0.25, help="simulated training step, seconds")
     args = parser.parse_args()
     began = time.perf_counter()
     results: dict = {"commit": git_commit()}
     results["ownership"] = ownership_figures(args.keys or (1_000_000 if args.quick else 10_000_000))
-    results["not_built"] = ["warm_vs_remote_read", "data_wait_fraction"]
+    why = "--no-cluster" if args.no_cluster else cluster_ready()
+    if why is None:
+        results["reads"] = read_figures(args.quick, args.step_time)
+    else:
+        console.print(f"[yellow]read figures skipped:[/] {why}")
+        results["reads_skipped"] = why
     results["total_s"] = time.perf_counter() - began
     write_json(args.json, results, console)
     return 0

@@ -32,7 +32,6 @@ import itertools
 import json
 import os
 import shlex
-import subprocess
 import sys
 import time
 import urllib.error
@@ -46,7 +45,7 @@ from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from benchlib import git_commit, write_json
+from benchlib import git_commit, in_container, podman, running_containers, shared_mountpoint, write_json
 from megahour.ingest import binpack
 
 console = Console(stderr=True)
@@ -106,23 +105,11 @@ def packer_balance(files: int, workers: tuple[int, ...], seed: int = 0) -> dict:
 # -- the local cluster ---------------------------------------------------------------------------------
 
 
-def podman(*args: str, check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
-
-
-def in_container(
-    name: str, command: str, *, user: str | None = None, check: bool = True, timeout: float = 3600
-):
-    wrapped = f"runuser -u {user} -- bash -lc {shlex.quote(command)}" if user else command
-    return podman("exec", name, "bash", "-lc", wrapped, check=check, timeout=timeout)
-
-
 def cluster_ready() -> str | None:
     """None when the local cluster runs Airflow; otherwise why the cluster parts are skipped."""
-    try:
-        out = podman("ps", "--format", "{{.Names}}", check=False).stdout.split()
-    except (OSError, subprocess.SubprocessError) as exc:
-        return f"podman is not usable ({exc})"
+    out = running_containers()
+    if isinstance(out, str):
+        return out
     if CONTROLLER not in out or NODE not in out:
         return "the local cluster is not up; run `make up` first"
     state = in_container(CONTROLLER, "systemctl is-active airflow-scheduler airflow-api-server", check=False)
@@ -170,14 +157,6 @@ class Airflow:
                 return run
             time.sleep(3)
         raise TimeoutError(f"DAG run {run_id} did not finish in {timeout} s")
-
-
-def shared_mountpoint() -> Path:
-    """Where the cluster's shared volume (mounted at /srv/megahour in every container) lives on this host."""
-    from megahour.cluster.spec import shared_volume_name
-
-    out = podman("volume", "inspect", "--format", "{{.Mountpoint}}", shared_volume_name("local"))
-    return Path(out.stdout.strip())
 
 
 def landing_source(count: int, seconds: float, cameras: str, seed: int) -> Path:
