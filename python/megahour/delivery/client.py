@@ -276,15 +276,24 @@ class HttpTransport:
             conn.close()
 
     def _ranged_get(self, base_url: str, path: str, offset: int, length: int) -> tuple[int, bytes]:
-        conn, prefix = self._connection(base_url)
-        quoted = urllib.parse.quote(f"{prefix}/{path}")
-        try:
-            conn.request("GET", quoted, headers={"Range": f"bytes={offset}-{offset + length - 1}"})
-            response = conn.getresponse()
-            return response.status, response.read()
-        except (OSError, http.client.HTTPException):
-            self._drop(base_url)
-            raise
+        headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+        for attempt in (1, 2):
+            conn, prefix = self._connection(base_url)
+            reused = conn.sock is not None
+            try:
+                conn.request("GET", urllib.parse.quote(f"{prefix}/{path}"), headers=headers)
+                response = conn.getresponse()
+                return response.status, response.read()
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop(base_url)
+                # A kept-alive connection the server has since closed fails on first use. That is not
+                # the server being down: try once more on a fresh connection before saying it is.
+                stale = reused and isinstance(
+                    exc, http.client.RemoteDisconnected | ConnectionResetError | BrokenPipeError
+                )
+                if attempt == 2 or not stale:
+                    raise
+        raise AssertionError("unreachable")
 
     def proxy_get(self, worker: Worker, key: str, offset: int, length: int) -> bytes:
         if length == 0:
