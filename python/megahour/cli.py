@@ -727,7 +727,9 @@ def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
     with contextlib.ExitStack() as stack:
         # One flushed line per sample, so a watcher sees the epoch's progress as it happens.
         trace = stack.enter_context(open(args.trace, "a", buffering=1)) if args.trace else None
-        cache_loader = stack.enter_context(loader.CacheLoader(client, sample_spec(args.spec), seed=args.seed))
+        cache_loader = stack.enter_context(
+            loader.CacheLoader(client, sample_spec(args.spec), seed=args.seed, workers=args.workers)
+        )
         for epoch in range(args.epoch, args.epoch + args.epochs):
             refs = manifests.epoch_refs(
                 args.manifest, client.config, args.rank, args.world_size, epoch, args.seed
@@ -1051,6 +1053,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--spec", default="vla")
     p.add_argument("--step-time", type=float, default=0.0, help="simulated training step, seconds")
     p.add_argument("--prefetch", type=int, default=4, help="samples read ahead on a background thread")
+    p.add_argument("--workers", type=int, default=1, help="samples read at once (a data loader's workers)")
     p.add_argument("--json", action="store_true", help="one JSON line: every delivered row and its digest")
     p.add_argument("--trace", help="append one JSON line per delivered sample to this file, as it happens")
     p.add_argument("--hit-ratio", action="store_true", help="also report each epoch's cache hit ratio")

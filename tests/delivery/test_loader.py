@@ -106,3 +106,14 @@ def test_parallel_warm_reads_the_same_ranges(tuned_episodes) -> None:
     parallel = warm(client, warm_plan, parallel=4)
     assert sorted(transport.calls, key=str) == serial_calls
     assert (parallel.bytes, parallel.page_ranges) == (serial.bytes, serial.page_ranges)
+
+
+def test_parallel_workers_deliver_the_same_rows_in_the_same_order(tuned_episodes) -> None:
+    refs = refs_of(tuned_episodes, repeat=3)
+    serial, _, _ = run(tuned_episodes, refs)
+    parallel, _, _ = run(tuned_episodes, refs, workers=3)
+    faulty, client, _ = run(tuned_episodes, refs, down_after=2, workers=3)
+    expected = [(d.index, d.t_ns, d.digest) for d in serial]
+    assert [(d.index, d.t_ns, d.digest) for d in parallel] == expected
+    assert [(d.index, d.t_ns, d.digest) for d in faulty] == expected
+    assert client.stats.fallbacks >= 1

@@ -5,7 +5,8 @@ A sample is one manifest row read at one time ``t`` of its episode; ``t`` is a p
 ``EpisodeReader`` over a ``CachedSource``, whose ranged reads go through ``CacheClient`` (each page
 range through its owner's proxy, the under-store when the owner is down).
 
-Exactly once: ``CacheLoader.samples`` yields each row of the epoch's order once, in order. A worker
+Exactly once: ``CacheLoader.samples`` yields each row of the epoch's order once, in order (also when
+``workers`` read several at a time). A worker
 failing mid-read never surfaces here, because the client falls back per piece; a read that fails
 anyway (the under-store too) is retried whole, ``attempts`` times, and then raises: a row is never
 skipped and never yielded twice.
@@ -15,10 +16,13 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from itertools import islice
 
 from megahour.delivery.client import CacheClient, DeliveryError
 from megahour.episodes.errors import EpisodeError
@@ -97,9 +101,16 @@ class CacheLoader:
         backoff_s: float = 0.5,
         open_episodes: int = 32,
         sleep: Callable[[float], None] = time.sleep,
+        workers: int = 1,
     ) -> None:
+        """``workers``: samples read at once (a data loader's workers), on threads: the fetches wait on
+        the network and PyAV decodes without the GIL."""
         if attempts < 1:
             raise ValueError(f"attempts={attempts}: must be at least 1")
+        if workers < 1:
+            raise ValueError(f"workers={workers}: must be at least 1")
+        self.workers = workers
+        self._lock = threading.Lock()
         self.client = client
         self.spec = spec
         self.seed = seed
@@ -121,16 +132,30 @@ class CacheLoader:
         self.close()
 
     def reader(self, ref: SampleRef) -> EpisodeReader:
-        reader = self._readers.get(ref.key)
-        if reader is not None:
-            self._readers.move_to_end(ref.key)
+        with self._lock:
+            reader = self._readers.get(ref.key)
+            if reader is not None:
+                self._readers.move_to_end(ref.key)
+                return reader
+            # Several samples read at once share a reader: then its cameras decode one after another
+            # (the parallelism is across samples), so it holds no thread pool of its own to close.
+            reader = EpisodeReader(
+                source=CachedSource(self.client, ref.key, ref.size),
+                max_parallel_fetches=1,
+                decode_threads=1 if self.workers > 1 else 2,
+            )
+            self._readers[ref.key] = reader
+            if len(self._readers) > self._open_limit:
+                _, oldest = self._readers.popitem(last=False)
+                oldest.close()
             return reader
-        reader = EpisodeReader(source=CachedSource(self.client, ref.key, ref.size), max_parallel_fetches=1)
-        self._readers[ref.key] = reader
-        if len(self._readers) > self._open_limit:
-            _, oldest = self._readers.popitem(last=False)
-            oldest.close()
-        return reader
+
+    def _forget(self, ref: SampleRef) -> None:
+        """Drop an episode's reader after a failed read: it may hold a half-read state."""
+        with self._lock:
+            stale = self._readers.pop(ref.key, None)
+        if stale is not None:
+            stale.close()
 
     def sample_time(self, reader: EpisodeReader, epoch: int, index: int) -> int:
         rates = {t: reader.rate_hz(t) for w in self.spec.frames for t in w.topics}
@@ -158,30 +183,50 @@ class CacheLoader:
             digest.update(sample.series[topic].tobytes())
         return t_ns, sample, digest.hexdigest()
 
+    def deliver(self, ref: SampleRef, epoch: int) -> Delivered:
+        """One row's sample; a read that fails is retried whole, then raises (never skipped)."""
+        for attempt in range(1, self.attempts + 1):
+            try:
+                t_ns, sample, digest = self.read(ref, epoch)
+            except (DeliveryError, OSError) as exc:
+                self._forget(ref)
+                if attempt == self.attempts:
+                    raise DeliveryError(
+                        f"row {ref.index} ({ref.episode_id}, {ref.key}) failed {attempt} times: {exc}"
+                    ) from exc
+                log.warning("row %d: %s; attempt %d of %d", ref.index, exc, attempt, self.attempts)
+                self._sleep(self.backoff_s * attempt)
+                continue
+            return Delivered(ref.index, ref.episode_id, t_ns, sample, digest, attempt)
+        raise AssertionError("unreachable")
+
     def samples(self, refs: Iterable[SampleRef], epoch: int) -> Iterator[Delivered]:
-        """Each ref once, in order; a read that keeps failing raises rather than being skipped."""
+        """Each ref once, in order, read ``workers`` at a time; a row repeated in ``refs`` is refused."""
+        refs = list(refs)
         seen: set[int] = set()
         for ref in refs:
             if ref.index in seen:
                 raise DeliveryError(f"manifest row {ref.index} appears twice in one epoch's order")
             seen.add(ref.index)
-            for attempt in range(1, self.attempts + 1):
-                try:
-                    t_ns, sample, digest = self.read(ref, epoch)
-                except (DeliveryError, OSError) as exc:
-                    # The episode's cached reader may hold a half-read state; reopen it next time.
-                    stale = self._readers.pop(ref.key, None)
-                    if stale is not None:
-                        stale.close()
-                    if attempt == self.attempts:
-                        raise DeliveryError(
-                            f"row {ref.index} ({ref.episode_id}, {ref.key}) failed {attempt} times: {exc}"
-                        ) from exc
-                    log.warning("row %d: %s; attempt %d of %d", ref.index, exc, attempt, self.attempts)
-                    self._sleep(self.backoff_s * attempt)
-                    continue
-                yield Delivered(ref.index, ref.episode_id, t_ns, sample, digest, attempt)
-                break
+        if self.workers <= 1:
+            for ref in refs:
+                yield self.deliver(ref, epoch)
+            return
+        # A window of reads in flight, yielded in order: the order (and so the training) is the same
+        # whatever finishes first.
+        with ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="megahour-loader") as pool:
+            pending = iter(refs)
+            window = deque(pool.submit(self.deliver, ref, epoch) for ref in islice(pending, 2 * self.workers))
+            try:
+                while window:
+                    item = window.popleft().result()
+                    following = next(pending, None)
+                    if following is not None:
+                        window.append(pool.submit(self.deliver, following, epoch))
+                    yield item
+            finally:
+                for future in window:
+                    future.cancel()
 
 
 @dataclass
@@ -213,7 +258,6 @@ def prefetched(items: Iterator[Delivered], depth: int) -> Iterator[Delivered]:
         yield from items
         return
     import queue
-    import threading
 
     buffer: queue.Queue = queue.Queue(maxsize=depth)
     done = object()
