@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 log = logging.getLogger("megahour.delayproxy")
 CHUNK = 64 * 1024
+QUEUE_CHUNKS = 16  # at most 1 MB read ahead per direction
 
 
 @dataclass(frozen=True)
@@ -59,8 +60,9 @@ class StallSchedule:
             begin = self._next
             self._windows.append((begin, begin + self.profile.stall_ms / 1000.0))
             self._next = begin + self.profile.stall_ms / 1000.0 + self._gap()
-        # Only windows that can still cover a later t are kept.
-        self._windows = [w for w in self._windows if w[1] > t]
+        # Connections ask with times slightly out of order, so recent windows are kept, not only those
+        # that can cover a later t.
+        del self._windows[:-64]
         for begin, end in self._windows:
             if begin <= t < end:
                 return end
@@ -72,21 +74,31 @@ async def _pump(
     writer: asyncio.StreamWriter,
     profile: LinkProfile,
     stalls: StallSchedule,
+    broken: asyncio.Event,
     clock=time.monotonic,
 ) -> None:
-    """Forward reader -> writer, each chunk released ``latency`` after it arrived (and after stalls)."""
-    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue()
+    """Forward reader -> writer, each chunk released ``latency`` after it arrived (and after stalls).
+
+    The queue is bounded, so a fast upstream is read only a few chunks ahead of what the (rate-capped)
+    link delivers, and a stall holds back what is queued too: release is decided when a chunk leaves.
+    """
+    queue: asyncio.Queue[tuple[float, bytes]] = asyncio.Queue(maxsize=QUEUE_CHUNKS)
 
     async def receive() -> None:
-        while data := await reader.read(CHUNK):
-            await queue.put((clock() + profile.latency_ms / 1000.0, data))
-        await queue.put((clock() + profile.latency_ms / 1000.0, b""))
+        try:
+            while data := await reader.read(CHUNK):
+                await queue.put((clock() + profile.latency_ms / 1000.0, data))
+        except (ConnectionError, OSError) as exc:  # a reset: the whole connection goes
+            log.debug("read side reset: %s", exc)
+            broken.set()
+        finally:
+            await queue.put((clock() + profile.latency_ms / 1000.0, b""))
 
     receiver = asyncio.create_task(receive())
     try:
         while True:
             due, data = await queue.get()
-            release = stalls.release_time(due)
+            release = stalls.release_time(max(due, clock()))
             wait = release - clock()
             if wait > 0:
                 await asyncio.sleep(wait)
@@ -118,14 +130,30 @@ class DelayProxy:
             log.warning("upstream %s:%d refused: %s", *self.upstream, exc)
             client_writer.close()
             return
+        broken = asyncio.Event()
+        pumps = {
+            asyncio.create_task(_pump(client_reader, up_writer, self.profile, self.stalls, broken)),
+            asyncio.create_task(_pump(up_reader, client_writer, self.profile, self.stalls, broken)),
+        }
+        watch = asyncio.create_task(broken.wait())
         try:
-            await asyncio.gather(
-                _pump(client_reader, up_writer, self.profile, self.stalls),
-                _pump(up_reader, client_writer, self.profile, self.stalls),
-            )
-        except (ConnectionError, OSError) as exc:
-            log.debug("connection ended: %s", exc)
+            # A direction that ends with EOF leaves the other one running (a half-close); a reset or a
+            # failed write ends the connection, since the other side would wait on a peer that is gone.
+            pending = set(pumps)
+            while pending:
+                done, pending = await asyncio.wait(pending | {watch}, return_when=asyncio.FIRST_COMPLETED)
+                pending.discard(watch)
+                failed = [t for t in done if t is not watch and t.exception() is not None]
+                if watch in done or failed:
+                    log.debug("connection reset: %s", failed[0].exception() if failed else "read side")
+                    for w in (client_writer, up_writer):
+                        w.transport.abort()
+                    break
         finally:
+            watch.cancel()
+            for task in pumps:
+                task.cancel()
+            await asyncio.gather(watch, *pumps, return_exceptions=True)
             for w in (client_writer, up_writer):
                 w.close()
                 with contextlib.suppress(ConnectionError, OSError):
