@@ -128,3 +128,13 @@ def test_an_object_store_root_maps_the_shared_filesystems_uris() -> None:
         DeliveryError, match="not below the cache's under-store s3://megahour or /srv/megahour"
     ):
         config.object_key("/data/e.mcap")
+
+
+def test_an_object_store_root_without_a_direct_url_says_how_to_fix_the_fallback() -> None:
+    import dataclasses
+
+    from megahour.delivery.client import HttpTransport
+
+    config = dataclasses.replace(make_config(), root_ufs="s3://bucket/prefix")
+    with pytest.raises(DeliveryError, match="set alluxio_under_store_url"):
+        HttpTransport(config).under_store_get("storage/a.mcap", 0, 10)

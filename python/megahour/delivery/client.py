@@ -32,6 +32,9 @@ from megahour.delivery.ownership import Ring
 from megahour.delivery.pages import DEFAULT_PAGE_SIZE, Geometry, Piece, pieces
 
 DEFAULT_CONFIG = Path("/etc/megahour/cache.yml")
+# A worker that does not accept a connection in this long is down: a powered-off node never refuses,
+# and waiting the whole read timeout on each new connection to it would stall every reader.
+CONNECT_TIMEOUT_S = 2.0
 
 
 class DeliveryError(RuntimeError):
@@ -247,6 +250,18 @@ class CacheClient:
             )
 
 
+class _Connection(http.client.HTTPConnection):
+    """An HTTP connection with a short connect timeout and a longer one for each read."""
+
+    def __init__(self, host: str, port: int, *, timeout: float, connect_timeout: float) -> None:
+        super().__init__(host, port, timeout=connect_timeout)
+        self.read_timeout = timeout
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self.read_timeout)
+
+
 class HttpTransport:
     """Keep-alive HTTP range requests, one connection per (thread, host)."""
 
@@ -264,8 +279,11 @@ class HttpTransport:
         netloc = parts.netloc
         conn = pool.get(netloc)
         if conn is None:
-            conn = pool[netloc] = http.client.HTTPConnection(
-                parts.hostname or "localhost", parts.port or 80, timeout=self.config.timeout_s
+            conn = pool[netloc] = _Connection(
+                parts.hostname or "localhost",
+                parts.port or 80,
+                timeout=self.config.timeout_s,
+                connect_timeout=min(CONNECT_TIMEOUT_S, self.config.timeout_s),
             )
         return conn, parts.path
 
@@ -316,7 +334,14 @@ class HttpTransport:
         if length == 0:
             return b""
         if not self.config.under_store_url:
-            path = f"{self.config.root_ufs.removeprefix('file://')}/{key}"
+            root = (self.config.local_root or self.config.root_ufs).removeprefix("file://")
+            if "://" in root:
+                raise DeliveryError(
+                    f"{key}: the cache's under-store is {self.config.root_ufs} and no under_store_url "
+                    "says how to read it directly; set alluxio_under_store_url (or alluxio_local_root "
+                    "where the nodes mount it) so reads survive a worker failure"
+                )
+            path = f"{root}/{key}"
             try:
                 fd = os.open(path, os.O_RDONLY)
             except FileNotFoundError:
@@ -325,7 +350,12 @@ class HttpTransport:
                 return os.pread(fd, length, offset)
             finally:
                 os.close(fd)
-        status, data = self._ranged_get(self.config.under_store_url, key, offset, length)
+        try:
+            status, data = self._ranged_get(self.config.under_store_url, key, offset, length)
+        except (OSError, http.client.HTTPException) as exc:
+            raise DeliveryError(
+                f"{key}: the under-store {self.config.under_store_url} failed a range read: {exc!r}"
+            ) from None
         if status in (200, 206):
             return _ranged_body(status, data, offset, length)
         raise DeliveryError(

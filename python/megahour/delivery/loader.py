@@ -65,7 +65,7 @@ class Delivered:
     episode_id: str
     t_ns: int
     sample: Sample
-    digest: str  # SHA-256 over the sample's fetched byte ranges: the same bytes on every read
+    digest: str  # SHA-256 over the ranges fetched (offsets, lengths) and the decoded frames and series
     attempts: int
 
 
@@ -137,18 +137,26 @@ class CacheLoader:
             if reader is not None:
                 self._readers.move_to_end(ref.key)
                 return reader
-            # Several samples read at once share a reader: then its cameras decode one after another
-            # (the parallelism is across samples), so it holds no thread pool of its own to close.
-            reader = EpisodeReader(
-                source=CachedSource(self.client, ref.key, ref.size),
-                max_parallel_fetches=1,
-                decode_threads=1 if self.workers > 1 else 2,
-            )
-            self._readers[ref.key] = reader
-            if len(self._readers) > self._open_limit:
-                _, oldest = self._readers.popitem(last=False)
-                oldest.close()
-            return reader
+        # Opened outside the lock (it reads the episode's index through the cache), so workers opening
+        # different episodes do not wait on each other. Several samples read at once share a reader:
+        # then its cameras decode one after another (the parallelism is across samples), so it holds no
+        # thread pool of its own to close.
+        opened = EpisodeReader(
+            source=CachedSource(self.client, ref.key, ref.size),
+            max_parallel_fetches=1,
+            decode_threads=1 if self.workers > 1 else 2,
+        )
+        evicted = []
+        with self._lock:
+            reader = self._readers.setdefault(ref.key, opened)
+            self._readers.move_to_end(ref.key)
+            while len(self._readers) > self._open_limit:
+                evicted.append(self._readers.popitem(last=False)[1])
+        if reader is not opened:
+            evicted.append(opened)  # another worker opened it first
+        for old in evicted:
+            old.close()
+        return reader
 
     def _forget(self, ref: SampleRef) -> None:
         """Drop an episode's reader after a failed read: it may hold a half-read state."""
