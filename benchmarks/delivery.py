@@ -243,7 +243,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
     cached = node_json(warm_cmd)  # every range again, now all hits: the warm cache's read throughput
     direct = {}
     rates = [None] if remote.returncode != 0 else [None, *LINK_RATES]
-    link = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote.returncode == 0 else None
+    qdisc = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote.returncode == 0 else None
     try:
         for rate in rates:
             if rate is not None:  # the same link at another bandwidth cap, for the ratio's dependence on it
@@ -287,7 +287,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "step_time_s": step_time,
         "under_store": under_store,
         "under_store_remote": remote.returncode == 0,
-        "store_qdisc": link,
+        "store_qdisc": qdisc,
         "cold": strip(cold),
         "warm_up": warm_up,
         "warm": strip(hot),
