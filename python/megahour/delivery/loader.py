@@ -178,7 +178,7 @@ class CacheLoader:
         return lo + int(sample_fraction(self.seed, epoch, index) * (hi - lo + 1))
 
     def read(self, ref: SampleRef, epoch: int) -> tuple[int, Sample, str]:
-        """One sample and the digest of the bytes it fetched (each fetched range in plan order)."""
+        """One sample and its digest: the ranges its plan fetches, then its decoded frames and series."""
         reader = self.reader(ref)
         t_ns = self.sample_time(reader, epoch, ref.index)
         sample = reader.read_sample(self.spec, t_ns)
