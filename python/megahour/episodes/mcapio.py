@@ -12,6 +12,7 @@ import json
 import os
 import struct
 import tempfile
+import threading
 import zlib
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -345,7 +346,16 @@ def messages_in_range(
 _CHUNK_HEAD = struct.Struct("<QQQII")  # start, end, uncompressed size, crc, compression-name length
 _RECORD_HEAD = struct.Struct("<BQ")
 _MESSAGE_HEAD = struct.Struct("<HIQQ")  # channel id, sequence, log time, publish time
-_ZSTD = zstandard.ZstdDecompressor()
+# python-zstandard's decompressors are not safe to share between threads (concurrent use corrupts
+# output), and samples are read on several threads at once: one decompressor per thread.
+_ZSTD_LOCAL = threading.local()
+
+
+def _zstd() -> zstandard.ZstdDecompressor:
+    decompressor = getattr(_ZSTD_LOCAL, "decompressor", None)
+    if decompressor is None:
+        decompressor = _ZSTD_LOCAL.decompressor = zstandard.ZstdDecompressor()
+    return decompressor
 
 
 def _chunk_records(data: bytes, body: int, length: int) -> memoryview:
@@ -366,7 +376,7 @@ def _chunk_records(data: bytes, body: int, length: int) -> memoryview:
     if compression == "":
         records = payload
     elif compression == "zstd":
-        records = memoryview(_ZSTD.decompress(payload, max_output_size=size))
+        records = memoryview(_zstd().decompress(payload, max_output_size=size))
     elif compression == "lz4":
         import lz4.frame
 
