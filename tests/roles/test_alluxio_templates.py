@@ -1,0 +1,109 @@
+"""The alluxio role's alluxio-site.properties and log4j2.properties, rendered by ansible-playbook here."""
+
+import json
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, tool
+
+pytestmark = pytest.mark.integration
+PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_alluxio.yml"
+
+
+def properties(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
+
+
+@pytest.fixture
+def render(run, tmp_path):
+    """Render for the host `ctl` in the given groups, with -e overrides; returns (site, log4j2)."""
+
+    def _render(groups: dict[str, list[str]], **extra) -> tuple[dict[str, str], dict[str, str]]:
+        hosts = {h for members in groups.values() for h in members} | {"ctl"}
+        inventory = {
+            "all": {
+                "hosts": {
+                    h: {
+                        "ansible_connection": "local",
+                        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                        "test_address": f"10.88.0.{10 + i}",
+                    }
+                    for i, h in enumerate(sorted(hosts))
+                },
+                "children": {g: {"hosts": {h: {} for h in members}} for g, members in groups.items()},
+            }
+        }
+        (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+        proc = run(
+            [
+                tool("ansible-playbook"),
+                "-i",
+                str(tmp_path / "hosts.yml"),
+                str(PLAYBOOK),
+                "-e",
+                json.dumps({"out": str(out), **extra}),
+            ]
+        )
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        return (
+            properties((out / "alluxio-site.properties").read_text()),
+            properties((out / "log4j2.properties").read_text()),
+        )
+
+    return _render
+
+
+def test_every_daemon_on_a_node_has_the_same_locality(render):
+    # A proxy whose locality differed from its worker's (hostname against address) made Alluxio cache
+    # cold pages on random workers, so the owner's proxy served them across nodes.
+    site, _ = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]})
+    address = site["alluxio.worker.hostname"]
+    assert site["alluxio.locality.node"] == address
+    assert site["alluxio.user.hostname"] == address
+    assert site["alluxio.proxy.hostname"] == address
+
+
+def test_pages_are_cached_once_per_cluster(render):
+    site, _ = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]})
+    assert site["alluxio.user.file.passive.cache.enabled"] == "false"
+    assert site["alluxio.worker.block.store.type"] == "PAGE"
+    assert site["alluxio.user.block.size.bytes.default"] == str(1 << 20)
+    assert site["alluxio.worker.page.store.dirs"] == "/var/lib/megahour/nvme0"
+
+
+def test_user_settings_override_and_null_drops(render):
+    site, _ = render(
+        {"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]},
+        alluxio_site={
+            "alluxio.user.file.passive.cache.enabled": "true",
+            "alluxio.proxy.s3.bucketpathcache.timeout": None,
+        },
+    )
+    assert site["alluxio.user.file.passive.cache.enabled"] == "true"
+    assert "alluxio.proxy.s3.bucketpathcache.timeout" not in site
+
+
+def test_three_masters_form_an_embedded_journal_quorum(render):
+    masters = ["ctl", "m2", "m3"]
+    site, _ = render({"cluster": masters, "controller": masters, "compute": []})
+    assert len(site["alluxio.master.embedded.journal.addresses"].split(",")) == 3
+    assert len(site["alluxio.master.rpc.addresses"].split(",")) == 3
+    assert "alluxio.worker.page.store.dirs" not in site  # ctl is no worker here
+
+
+def test_proxy_access_log_is_quiet_by_default(render):
+    _, log4j2 = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]})
+    assert log4j2["logger.proxyaccess.name"] == "alluxio.web.ProxyWebServer"
+    assert log4j2["logger.proxyaccess.level"] == "warn"
+    _, log4j2 = render(
+        {"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_proxy_access_log_level="info"
+    )
+    assert log4j2["logger.proxyaccess.level"] == "info"
