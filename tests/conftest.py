@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -33,6 +34,19 @@ def run():
         )
 
     return _run
+
+
+@pytest.fixture
+def run_playbook(run):
+    """``ansible-playbook -i INVENTORY PLAYBOOK -e EXTRA``; the test fails, with the output's tail, unless
+    it succeeds. The role render tests use it to render templates on this machine."""
+
+    def _run_playbook(playbook: Path, inventory: Path, extra: dict) -> subprocess.CompletedProcess:
+        proc = run([tool("ansible-playbook"), "-i", str(inventory), str(playbook), "-e", json.dumps(extra)])
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        return proc
+
+    return _run_playbook
 
 
 @pytest.fixture(scope="session")

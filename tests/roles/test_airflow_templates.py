@@ -1,13 +1,12 @@
 """The airflow role's templates (airflow.cfg, ingest.yml, units), rendered by ansible-playbook here."""
 
 import configparser
-import json
 
 import pytest
 import yaml
 
 from megahour.ingest.config import IngestConfig
-from tests.conftest import REPO, tool
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_airflow.yml"
@@ -30,7 +29,7 @@ CONTRACT_KEYS = {
 
 
 @pytest.fixture
-def render(run, tmp_path):
+def render(run_playbook, tmp_path):
     inventory = {
         "all": {
             "hosts": {
@@ -46,17 +45,7 @@ def render(run, tmp_path):
     def _render(**extra):
         out = tmp_path / "out"
         out.mkdir(exist_ok=True)
-        proc = run(
-            [
-                tool("ansible-playbook"),
-                "-i",
-                str(tmp_path / "hosts.yml"),
-                str(PLAYBOOK),
-                "-e",
-                json.dumps({"out": str(out), **extra}),
-            ]
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", {"out": str(out), **extra})
         cfg = configparser.ConfigParser(interpolation=None)
         cfg.read(out / "airflow.cfg")
         return cfg, yaml.safe_load((out / "ingest.yml").read_text()), out

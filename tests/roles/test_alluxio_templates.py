@@ -1,11 +1,9 @@
 """The alluxio role's alluxio-site.properties and log4j2.properties, rendered by ansible-playbook here."""
 
-import json
-
 import pytest
 import yaml
 
-from tests.conftest import REPO, tool
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_alluxio.yml"
@@ -21,7 +19,7 @@ def properties(text: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def render(run, tmp_path):
+def render(run_playbook, tmp_path):
     """Render for the host `ctl` in the given groups, with -e overrides; returns (site, log4j2)."""
 
     def _render(groups: dict[str, list[str]], **extra) -> tuple[dict[str, str], dict[str, str]]:
@@ -42,17 +40,7 @@ def render(run, tmp_path):
         (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
         out = tmp_path / "out"
         out.mkdir(exist_ok=True)
-        proc = run(
-            [
-                tool("ansible-playbook"),
-                "-i",
-                str(tmp_path / "hosts.yml"),
-                str(PLAYBOOK),
-                "-e",
-                json.dumps({"out": str(out), **extra}),
-            ]
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", {"out": str(out), **extra})
         return (
             properties((out / "alluxio-site.properties").read_text()),
             properties((out / "log4j2.properties").read_text()),

@@ -1,18 +1,16 @@
 """slurm_client's slurm.conf template, rendered by ansible-playbook on this machine."""
 
-import json
-
 import pytest
 import yaml
 
-from tests.conftest import REPO, tool
+from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_slurm_conf.yml"
 
 
 @pytest.fixture
-def render(run, tmp_path):
+def render(run_playbook, tmp_path):
     local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
     inventory = {
         "all": {
@@ -37,17 +35,7 @@ def render(run, tmp_path):
     def _render(version, user_config=None):
         out = tmp_path / f"slurm-{version}.conf"
         extra = {"slurm_version": version, "out": str(out), "slurm_client_config": user_config or {}}
-        proc = run(
-            [
-                tool("ansible-playbook"),
-                "-i",
-                str(tmp_path / "hosts.yml"),
-                str(PLAYBOOK),
-                "-e",
-                json.dumps(extra),
-            ]
-        )
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", extra)
         lines = out.read_text().splitlines()
         return {
             k: v for k, _, v in (line.partition("=") for line in lines if "=" in line and line[0] != "#")
