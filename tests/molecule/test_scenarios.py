@@ -1,9 +1,11 @@
 """The molecule scenarios, on systemd containers.
 
-- cluster: site.yml on three containers; create -> converge -> idempotence (0 changed) -> check
-  -> verify, where verify asserts sinfo, srun, sbatch + sacct, GRES and the live resilience settings.
-- faults: site.yml on three containers; create -> converge -> verify, where verify injects faults
-  (cases a-g of docs/resilience.md) and asserts Slurm state, traces, the sweeper and Alertmanager.
+- cluster: site.yml on three containers; create -> converge -> idempotence (0 changed) -> verify,
+  where verify asserts sinfo, srun, sbatch + sacct, GRES, the live resilience settings, the cache
+  tier and the loader, and an ingest run.
+- faults: site.yml without the cache tier, the warehouse and Airflow on three containers; create ->
+  converge -> check (--check on the converged hosts) -> verify, where verify injects faults (cases
+  a-g of docs/resilience.md) and asserts Slurm state, traces, the sweeper and Alertmanager.
 - warehouse: common + warehouse on a server and a client container; create -> converge ->
   idempotence -> check -> verify, where verify queries ClickHouse 18.16 from the client with the
   rendered credentials (version, create/insert/count, the SQL curation relies on, a refused wrong
@@ -24,8 +26,8 @@ from tests.conftest import BIN, REPO, tool
 
 pytestmark = pytest.mark.molecule
 STAGES = {
-    "cluster": ("converge", "idempotence", "check", "verify"),
-    "faults": ("converge", "verify"),
+    "cluster": ("converge", "idempotence", "verify"),
+    "faults": ("converge", "check", "verify"),
     "warehouse": ("converge", "idempotence", "check", "verify"),
 }
 # Molecule's stage lines: "[cluster > converge] Executing" without a terminal,
