@@ -63,7 +63,8 @@ def test_pages_are_cached_once_per_cluster(render):
     site, _ = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]})
     assert site["alluxio.user.file.passive.cache.enabled"] == "false"
     assert site["alluxio.worker.block.store.type"] == "PAGE"
-    assert site["alluxio.user.block.size.bytes.default"] == str(1 << 20)
+    # A block is one owned page range: 4 pages of 1 MB by default.
+    assert site["alluxio.user.block.size.bytes.default"] == str(4 << 20)
     assert site["alluxio.worker.page.store.dirs"] == "/var/lib/megahour/nvme0"
 
 
