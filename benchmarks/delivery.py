@@ -47,6 +47,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import git_commit, in_container, running_containers, shared_mountpoint, write_json
+from megahour.delivery.client import DEFAULT_CONFIG, CacheConfig
 from megahour.delivery.ownership import Ring, alluxio_modulo_hashes, key_hash, spread
 
 console = Console(stderr=True)
@@ -229,16 +230,19 @@ def read_figures(quick: bool, step_time: float) -> dict:
     )
     manifest = f"{SHARED}/{run}/manifest.arrow"
     in_container(NODE, f"megahour manifest verify {manifest} --json")
-    # The node's page geometry (roles/alluxio writes it): a read is one proxy request per page range.
-    cache_config = yaml.safe_load(in_container(NODE, "cat /etc/megahour/cache.yml").stdout)
-    geometry = {k: int(cache_config.get(k, 1)) for k in ("page_size", "pages_per_range")}
-    range_mb = geometry["page_size"] * geometry["pages_per_range"] / 1e6
+    # The node's cache settings (roles/alluxio writes them), parsed as the loader parses them: the page
+    # geometry (a read is one proxy request per page range) and whether the under-store is remote.
+    cache_config = CacheConfig.from_dict(
+        yaml.safe_load(in_container(NODE, f"cat {DEFAULT_CONFIG}").stdout), f"{NODE}:{DEFAULT_CONFIG}"
+    )
+    geometry = cache_config.geometry
+    range_mb = geometry.range_bytes / 1e6
     read = f"megahour cache read --manifest {manifest} --spec vla --json"
     warm_cmd = f"megahour cache warm --manifest {manifest} --spec vla --parallel 4 --json"
-    remote = in_container(NODE, "grep -q '^under_store_url: \"http' /etc/megahour/cache.yml", check=False)
+    remote = cache_config.under_store_url.startswith("http")
     under_store = (
         "remote: the store container's S3 server behind tc and the delaying proxy (roles/understore)"
-        if remote.returncode == 0
+        if remote
         else "the shared volume on this machine's disk (cluster up without --remote-store)"
     )
     console.print(
@@ -260,8 +264,8 @@ def read_figures(quick: bool, step_time: float) -> dict:
     }
     cached["mb_per_s"] = round(float(np.median(cached["pass_mb_per_s"])), 2)
     direct = {}
-    rates = [None] if remote.returncode != 0 else [None, *LINK_RATES]
-    qdisc = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote.returncode == 0 else None
+    rates = [None, *LINK_RATES] if remote else [None]
+    qdisc = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote else None
     try:
         for rate in rates:
             if rate is not None:  # the same link at another bandwidth cap, for the ratio's dependence on it
@@ -270,7 +274,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
                 )
             direct[rate or "role_default"] = node_json(f"{warm_cmd} --direct")  # the same ranges, no cache
     finally:
-        if remote.returncode == 0:
+        if remote:
             in_container(STORE, "systemctl restart megahour-store-shaping")  # back to the role's settings
     table_out = Table(title=f"reads on {NODE}: {len(rows)} samples, step {step_time:g} s")
     for col in ("run", "data wait", "samples/s", "hit ratio"):
@@ -305,10 +309,10 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "samples": len(rows),
         "episodes": len(episodes),
         "step_time_s": step_time,
-        "page_size": geometry["page_size"],
-        "pages_per_range": geometry["pages_per_range"],
+        "page_size": geometry.page_size,
+        "pages_per_range": geometry.pages_per_range,
         "under_store": under_store,
-        "under_store_remote": remote.returncode == 0,
+        "under_store_remote": remote,
         "store_qdisc": qdisc,
         "cold": strip(cold),
         "warm_up": warm_up,
