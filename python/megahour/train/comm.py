@@ -1,0 +1,207 @@
+"""The communication layer: every collective the trainer and optimizer make, counted by link class.
+
+The optimizer never calls ``torch.distributed`` itself; it calls a :class:`Comm`, which checks the
+tensor (contiguous, or gloo sends wrong bytes without an error), runs the collective and books its
+bytes in a :class:`ByteLedger` under a tag (``muon``, ``grad``, ``probe``). Tests read the ledger and
+compare it with the cost model's closed forms (``costmodel``), exactly.
+
+What a ledger entry counts, in bytes summed over the whole job (so every figure is an integer):
+
+- ``intra`` / ``inter``: logical deliveries. A broadcast of ``b`` bytes to ``k`` receivers on the
+  sender's node and ``j`` on other nodes adds ``b·k`` intra and ``b·j`` inter.
+- ``ingress``: bytes that must enter a node over the fabric with a hierarchical algorithm: ``b`` per
+  other node that has a receiver. Per node, divide by the node count.
+- ``collectives``: calls, the number that latency (alpha) is paid on.
+
+Each collective is booked once, by one participant: a broadcast by its source, an all-reduce by the
+lowest rank of its group. So one rank's ledger holds what it started, and the sum of every rank's
+ledger (:meth:`Comm.job_totals`) is the job's traffic, with nothing counted twice.
+
+An all-reduce of ``b`` bytes is booked as a hierarchical ring: inside each node of the group a
+reduce-scatter plus all-gather (``2(g-1)·b`` received per node of ``g`` members, intra), and between
+the ``K`` nodes a ring over node leaders (``2(K-1)·b`` in total, inter and ingress alike).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from megahour.train.topology import Topology
+
+if TYPE_CHECKING:
+    import torch
+
+
+@dataclass
+class LinkBytes:
+    intra: int = 0
+    inter: int = 0
+    ingress: int = 0
+    collectives: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+class ByteLedger:
+    """Bytes per tag and link class. Pure bookkeeping: it needs no process group."""
+
+    def __init__(self, topology: Topology) -> None:
+        self.topology = topology
+        self._by_tag: dict[str, LinkBytes] = defaultdict(LinkBytes)
+
+    def __getitem__(self, tag: str) -> LinkBytes:
+        return self._by_tag[tag]
+
+    def tags(self) -> list[str]:
+        return sorted(self._by_tag)
+
+    def as_dict(self) -> dict[str, dict[str, int]]:
+        return {tag: self._by_tag[tag].as_dict() for tag in self.tags()}
+
+    def reset(self) -> None:
+        self._by_tag.clear()
+
+    def broadcast(self, nbytes: int, src: int, group: Sequence[int], tag: str) -> None:
+        if src not in group:
+            raise ValueError(f"broadcast source rank {src} is not in its group {list(group)}")
+        topo = self.topology
+        home = topo.node_of(src)
+        receivers = [r for r in group if r != src]
+        same = sum(1 for r in receivers if topo.node_of(r) == home)
+        other_nodes = {topo.node_of(r) for r in receivers} - {home}
+        entry = self._by_tag[tag]
+        entry.intra += nbytes * same
+        entry.inter += nbytes * (len(receivers) - same)
+        entry.ingress += nbytes * len(other_nodes)
+        entry.collectives += 1
+
+    def all_reduce(self, nbytes: int, group: Sequence[int], tag: str) -> None:
+        members_per_node: dict[int, int] = defaultdict(int)
+        for r in group:
+            members_per_node[self.topology.node_of(r)] += 1
+        entry = self._by_tag[tag]
+        entry.intra += sum(2 * (g - 1) * nbytes for g in members_per_node.values())
+        nodes = len(members_per_node)
+        entry.inter += 2 * (nodes - 1) * nbytes
+        entry.ingress += 2 * (nodes - 1) * nbytes
+        entry.collectives += 1
+
+
+class NonContiguousTensorError(ValueError):
+    """A collective was handed a view whose memory is not laid out as its shape says."""
+
+
+class Comm:
+    """Collectives over ``torch.distributed`` with byte accounting. One per rank.
+
+    ``group=None`` means the whole world. Groups made through :meth:`node_groups` are known by their
+    ranks without a lookup; others are resolved with ``dist.get_process_group_ranks``.
+    """
+
+    def __init__(self, topology: Topology, rank: int, ledger: ByteLedger | None = None) -> None:
+        self.topology = topology
+        self.rank = rank
+        self.ledger = ledger if ledger is not None else ByteLedger(topology)
+        self._node_group: Any = None
+
+    # Groups ----------------------------------------------------------------------------------------
+    def node_group(self) -> Any:
+        """This rank's per-node process group (created on first use, collectively on every rank).
+
+        ``new_subgroups_by_enumeration`` makes one group per node on every rank, in the same order, as
+        c10d requires; ``new_subgroups(group_size=None)`` would refuse on CPU.
+        """
+        if self._node_group is None:
+            import torch.distributed as dist
+
+            if self.topology.nodes == 1:
+                self._node_group = dist.group.WORLD
+            else:
+                mine, _ = dist.new_subgroups_by_enumeration(self.topology.all_node_ranks())
+                self._node_group = mine
+        return self._node_group
+
+    def group_ranks(self, group: Any) -> list[int]:
+        import torch.distributed as dist
+
+        if group is None or group is dist.group.WORLD:
+            return list(range(self.topology.world_size))
+        return list(dist.get_process_group_ranks(group))
+
+    # Collectives -------------------------------------------------------------------------------------
+    def broadcast(self, tensor: torch.Tensor, src: int, group: Any = None, tag: str = "muon") -> None:
+        """Broadcast ``tensor`` from global rank ``src`` to every rank of ``group``, in place."""
+        import torch.distributed as dist
+
+        _require_contiguous(tensor, "broadcast")
+        ranks = self.group_ranks(group)
+        if len(ranks) > 1:
+            dist.broadcast(tensor, src=src, group=group)
+            if self.rank == src:
+                self.ledger.broadcast(_nbytes(tensor), src, ranks, tag)
+
+    def all_reduce(self, tensor: torch.Tensor, group: Any = None, tag: str = "grad") -> None:
+        """Sum ``tensor`` over ``group``, in place."""
+        import torch.distributed as dist
+
+        _require_contiguous(tensor, "all_reduce")
+        ranks = self.group_ranks(group)
+        if len(ranks) > 1:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM, group=group)
+            if self.rank == min(ranks):
+                self.ledger.all_reduce(_nbytes(tensor), ranks, tag)
+
+    def all_gather_object(self, obj: Any, group: Any = None) -> list[Any]:
+        """Small control-plane values (hashes, timings); not booked, they are not training traffic."""
+        import torch.distributed as dist
+
+        ranks = self.group_ranks(group)
+        if len(ranks) == 1:
+            return [obj]
+        out: list[Any] = [None] * len(ranks)
+        dist.all_gather_object(out, obj, group=group)
+        return out
+
+    def job_totals(self) -> dict[str, LinkBytes]:
+        """Every rank's ledger summed (a collective call: every rank must make it)."""
+        totals: dict[str, LinkBytes] = {}
+        for ledger in self.all_gather_object(self.ledger.as_dict()):
+            for tag, counts in ledger.items():
+                entry = totals.setdefault(tag, LinkBytes())
+                for key, value in counts.items():
+                    setattr(entry, key, getattr(entry, key) + value)
+        return totals
+
+    def barrier(self, group: Any = None) -> None:
+        import torch.distributed as dist
+
+        if len(self.group_ranks(group)) > 1:
+            dist.barrier(group=group)
+
+
+def _nbytes(tensor: torch.Tensor) -> int:
+    return tensor.numel() * tensor.element_size()
+
+
+def _require_contiguous(tensor: torch.Tensor, op: str) -> None:
+    if not tensor.is_contiguous():
+        raise NonContiguousTensorError(
+            f"{op} of a non-contiguous {tuple(tensor.shape)} {tensor.dtype} view: gloo sends such "
+            "views wrong without an error; pass tensor.contiguous()"
+        )
+
+
+def local_world() -> tuple[int, int]:
+    """(rank, world size) of the default process group, or (0, 1) when none is initialised."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+__all__ = ["ByteLedger", "Comm", "LinkBytes", "NonContiguousTensorError", "local_world"]

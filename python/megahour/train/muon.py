@@ -1,0 +1,260 @@
+"""Muon with topology-aware sharding, bit-exact to ``torch.optim.Muon``.
+
+Every strategy runs torch's own per-matrix math (``torch.optim._muon``: the EMA momentum, the Nesterov
+lerp, ``_zeropower_via_newtonschulz``, ``_adjust_lr``, the decoupled weight decay), so after any number
+of steps the parameters and momentum buffers are ``torch.equal`` to a single-process
+``torch.optim.Muon`` fed the same gradients. The strategies differ only in who orthogonalizes what:
+
+- ``replicated``: every rank orthogonalizes every matrix; no Muon traffic.
+- ``world``: matrix ``i`` has one owner in the world (LPT over Newton-Schulz FLOPs). The owner keeps
+  its momentum, orthogonalizes, and broadcasts the BF16 update ``O`` (2 bytes an element, contiguous)
+  to every rank; every rank applies it.
+- ``per_node``: the same inside each node's process group, with the same owner layout on every node:
+  each node computes every update once and no Muon byte leaves a node. Nodes hold identical replicas
+  because they run identical arithmetic on identical (all-reduced) gradients.
+
+With one node, ``world`` and ``per_node`` are the same schedule (same group, same owners).
+
+Broadcasting ``O`` instead of the updated fp32 parameter is exact: every rank applies the same BF16
+tensor with the same ``mul_``/``add_`` that torch runs. Gradients must already be identical on every
+rank (the trainer all-reduces them first), and every rank must see the same set of parameters with
+gradients, or the broadcast schedules diverge.
+
+Parameter routing (:func:`route_parameters`): Muon takes the 2-D weights of hidden layers. AdamW takes
+everything else: 0-D and 1-D parameters (norm gains, biases), parameters of ``nn.Embedding`` modules,
+and parameters whose names start with one of the model's output-head prefixes. ``p.ndim == 2`` alone
+is not enough, since embeddings and heads are 2-D and Muon is the wrong update for them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+import torch
+from torch import nn
+from torch.optim import _muon as torch_muon
+
+from megahour.train.comm import Comm
+
+
+class Strategy(StrEnum):
+    REPLICATED = "replicated"
+    WORLD = "world"
+    PER_NODE = "per_node"
+
+
+def ns_flops(shape: Sequence[int], ns_steps: int = 5) -> int:
+    """Newton-Schulz FLOPs for one matrix: ``2k·p²·(2q+p)`` with ``p = min``, ``q = max``."""
+    p, q = min(shape[0], shape[1]), max(shape[0], shape[1])
+    return 2 * ns_steps * p * p * (2 * q + p)
+
+
+def assign_owners(shapes: Sequence[Sequence[int]], group_size: int, ns_steps: int = 5) -> list[int]:
+    """Owner (index inside the sharding group) of each matrix: longest-processing-time first.
+
+    Matrices are taken in order of falling Newton-Schulz cost (ties by index) and each goes to the
+    least-loaded member (ties by lowest index). The result depends only on the shapes and the group
+    size, so every rank computes the same layout with no communication. Any number of matrices works,
+    divisible by the group size or not.
+    """
+    if group_size < 1:
+        raise ValueError(f"sharding group size must be at least 1, got {group_size}")
+    owners = [0] * len(shapes)
+    load = [0] * group_size
+    order = sorted(range(len(shapes)), key=lambda i: (-ns_flops(shapes[i], ns_steps), i))
+    for i in order:
+        member = min(range(group_size), key=lambda m: (load[m], m))
+        owners[i] = member
+        load[member] += ns_flops(shapes[i], ns_steps)
+    return owners
+
+
+@dataclass(frozen=True)
+class MuonHyper:
+    """``torch.optim.Muon``'s hyperparameters, with its defaults (torch 2.13)."""
+
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    momentum: float = 0.95
+    nesterov: bool = True
+    ns_coefficients: tuple[float, float, float] = (
+        torch_muon.DEFAULT_A,
+        torch_muon.DEFAULT_B,
+        torch_muon.DEFAULT_C,
+    )
+    eps: float = 1e-7
+    ns_steps: int = torch_muon.DEFAULT_NS_STEPS
+    adjust_lr_fn: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.adjust_lr_fn not in (None, "original", "match_rms_adamw"):
+            raise ValueError(
+                f"adjust_lr_fn {self.adjust_lr_fn!r} is not one of None, 'original', 'match_rms_adamw'"
+            )
+        if not 0.0 <= self.momentum < 1.0:
+            raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
+
+
+def muon_direction(grad: torch.Tensor, momentum_buffer: torch.Tensor, hp: MuonHyper) -> torch.Tensor:
+    """Momentum step (in place on ``momentum_buffer``) and orthogonalization: the BF16 update ``O``.
+
+    The same operations as ``torch.optim._muon._single_tensor_muon``. The result is made contiguous:
+    for tall matrices torch returns a transposed view, which a gloo broadcast would corrupt.
+    """
+    momentum_buffer.lerp_(grad, 1 - hp.momentum)
+    update = grad.lerp(momentum_buffer, hp.momentum) if hp.nesterov else momentum_buffer
+    ortho = torch_muon._zeropower_via_newtonschulz(update, hp.ns_coefficients, hp.ns_steps, hp.eps)
+    return ortho.contiguous()
+
+
+def apply_update(param: torch.Tensor, ortho: torch.Tensor, hp: MuonHyper) -> None:
+    """Decoupled weight decay with the unadjusted lr, then the scaled update, as torch does."""
+    adjusted_lr = torch_muon._adjust_lr(hp.lr, hp.adjust_lr_fn, param.shape)
+    param.mul_(1 - hp.lr * hp.weight_decay)
+    param.add_(ortho, alpha=-adjusted_lr)
+
+
+class ShardedMuon(torch.optim.Optimizer):
+    """``torch.optim.Muon`` with its orthogonalization sharded over ranks by ``strategy``.
+
+    Momentum buffers live only on each matrix's owner (``state[p]["momentum_buffer"]``); under
+    ``replicated`` that is every rank. ``comm`` is required for ``world`` and ``per_node`` unless the
+    world has one rank.
+    """
+
+    def __init__(
+        self,
+        params: Iterable[torch.Tensor],
+        *,
+        strategy: Strategy | str = Strategy.REPLICATED,
+        comm: Comm | None = None,
+        hyper: MuonHyper | None = None,
+    ) -> None:
+        hp = hyper or MuonHyper()
+        params = list(params)
+        for p in params:
+            if p.ndim != 2:
+                raise ValueError(
+                    f"Muon only supports 2D parameters whereas we found a parameter with size: {p.size()}"
+                )
+        super().__init__(params, {"hyper": hp})
+        self.strategy = Strategy(strategy)
+        self.comm = comm
+        self.hyper = hp
+        self._layout: tuple[Any, list[int]] | None = None
+
+    # Layout ----------------------------------------------------------------------------------------
+    def _all_params(self) -> list[torch.Tensor]:
+        return [p for group in self.param_groups for p in group["params"]]
+
+    def layout(self) -> tuple[Any, list[int]]:
+        """(process group, global owner rank of each matrix); ``None`` group means no collectives."""
+        if self._layout is None:
+            params = self._all_params()
+            shapes = [tuple(p.shape) for p in params]
+            comm = self.comm
+            if self.strategy is Strategy.REPLICATED or comm is None or comm.topology.world_size == 1:
+                if self.strategy is not Strategy.REPLICATED and comm is None:
+                    raise ValueError(f"strategy {self.strategy.value} needs a Comm (the process groups)")
+                rank = comm.rank if comm is not None else 0
+                self._layout = (None, [rank] * len(params))
+            elif self.strategy is Strategy.WORLD:
+                members = list(range(comm.topology.world_size))
+                owners = assign_owners(shapes, len(members), self.hyper.ns_steps)
+                self._layout = (None, [members[o] for o in owners])
+            else:
+                members = comm.topology.node_ranks(comm.topology.node_of(comm.rank))
+                group = comm.node_group()
+                owners = assign_owners(shapes, len(members), self.hyper.ns_steps)
+                self._layout = (group, [members[o] for o in owners])
+        return self._layout
+
+    def owned(self) -> list[int]:
+        """Indices (into the flat parameter list) of the matrices this rank orthogonalizes."""
+        rank = self.comm.rank if self.comm is not None else 0
+        return [i for i, owner in enumerate(self.layout()[1]) if owner == rank]
+
+    # Step --------------------------------------------------------------------------------------------
+    @torch.no_grad()
+    def step(self, closure: Any = None) -> Any:  # type: ignore[override]
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        group, owners = self.layout()
+        rank = self.comm.rank if self.comm is not None else 0
+        params = self._all_params()
+        hp = self.hyper
+        updates: dict[int, torch.Tensor] = {}
+        # Owners first orthogonalize everything they own, then the broadcasts run in parameter order on
+        # every rank: the compute is not interleaved with waiting on other owners.
+        for i, p in enumerate(params):
+            if p.grad is None or owners[i] != rank:
+                continue
+            _check_grad(p)
+            state = self.state[p]
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
+            updates[i] = muon_direction(p.grad, state["momentum_buffer"], hp)
+        sharded = self._sharded()
+        for i, p in enumerate(params):
+            if p.grad is None:
+                continue
+            if sharded:
+                assert self.comm is not None
+                if i not in updates:
+                    updates[i] = torch.empty(p.shape, dtype=torch.bfloat16, device=p.device)
+                self.comm.broadcast(updates[i], src=owners[i], group=group, tag="muon")
+            apply_update(p, updates[i], hp)
+        return loss
+
+    def _sharded(self) -> bool:
+        return (
+            self.strategy is not Strategy.REPLICATED
+            and self.comm is not None
+            and self.comm.topology.world_size > 1
+        )
+
+
+def _check_grad(p: torch.Tensor) -> None:
+    if torch.is_complex(p):
+        raise RuntimeError("Muon does not support complex parameters")
+    if p.grad is not None and p.grad.is_sparse:
+        raise RuntimeError("Muon does not support sparse gradients")
+
+
+def route_parameters(
+    model: nn.Module, head_prefixes: Sequence[str] = ()
+) -> tuple[list[tuple[str, nn.Parameter]], list[tuple[str, nn.Parameter]]]:
+    """Split ``model``'s trainable parameters into (Muon, AdamW) lists of (name, parameter).
+
+    Muon: 2-D parameters that belong to no ``nn.Embedding`` and whose names start with none of
+    ``head_prefixes``. AdamW: everything else. Order follows ``model.named_parameters()``.
+    """
+    embedding_params = {
+        id(p) for module in model.modules() if isinstance(module, nn.Embedding) for p in module.parameters()
+    }
+    muon, adamw = [], []
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        is_head = any(name == h or name.startswith(h + ".") for h in head_prefixes)
+        if p.ndim == 2 and id(p) not in embedding_params and not is_head:
+            muon.append((name, p))
+        else:
+            adamw.append((name, p))
+    return muon, adamw
+
+
+def parameter_digest(params: Iterable[torch.Tensor]) -> str:
+    """BLAKE2b of the parameters' bytes, in order: equal digests mean bit-identical replicas."""
+    h = hashlib.blake2b(digest_size=16)
+    for p in params:
+        t = p.detach().contiguous().cpu()
+        h.update(str((tuple(t.shape), str(t.dtype))).encode())
+        h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()

@@ -1,0 +1,162 @@
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from megahour.train.comm import Comm, NonContiguousTensorError
+from megahour.train.muon import (
+    MuonHyper,
+    ShardedMuon,
+    Strategy,
+    assign_owners,
+    ns_flops,
+    parameter_digest,
+    route_parameters,
+)
+from megahour.train.topology import Topology
+
+SHAPES = [(64, 32), (32, 64), (48, 48), (16, 80), (80, 16)]
+
+
+def _step_both(hyper: MuonHyper, steps: int, seed: int = 0) -> tuple[list, list, object, object]:
+    gen = torch.Generator().manual_seed(seed)
+    ours = [torch.randn(s, generator=gen) for s in SHAPES]
+    theirs = [p.clone() for p in ours]
+    optimizer = ShardedMuon(ours, hyper=hyper)
+    reference = torch.optim.Muon(
+        theirs,
+        lr=hyper.lr,
+        weight_decay=hyper.weight_decay,
+        momentum=hyper.momentum,
+        nesterov=hyper.nesterov,
+        ns_coefficients=hyper.ns_coefficients,
+        eps=hyper.eps,
+        ns_steps=hyper.ns_steps,
+        adjust_lr_fn=hyper.adjust_lr_fn,
+    )
+    for _ in range(steps):
+        for p, q in zip(ours, theirs, strict=True):
+            g = torch.randn(p.shape, generator=gen)
+            p.grad, q.grad = g.clone(), g.clone()
+        optimizer.step()
+        reference.step()
+    return ours, theirs, optimizer, reference
+
+
+@pytest.mark.parametrize(
+    "hyper",
+    [
+        MuonHyper(),
+        MuonHyper(lr=0.02, weight_decay=0.0, nesterov=False),
+        MuonHyper(lr=0.01, momentum=0.9, adjust_lr_fn="match_rms_adamw", ns_steps=3),
+    ],
+    ids=["torch-defaults", "no-nesterov", "match-rms"],
+)
+def test_single_process_is_bit_exact_to_torch_muon(hyper: MuonHyper) -> None:
+    ours, theirs, optimizer, reference = _step_both(hyper, steps=5)
+    for p, q in zip(ours, theirs, strict=True):
+        assert torch.equal(p, q)
+        assert torch.equal(optimizer.state[p]["momentum_buffer"], reference.state[q]["momentum_buffer"])
+
+
+def test_defaults_match_torch_muon() -> None:
+    import inspect
+
+    sig = inspect.signature(torch.optim.Muon)
+    hyper = MuonHyper()
+    for name in (
+        "lr",
+        "weight_decay",
+        "momentum",
+        "nesterov",
+        "ns_coefficients",
+        "eps",
+        "ns_steps",
+        "adjust_lr_fn",
+    ):
+        assert getattr(hyper, name) == sig.parameters[name].default, name
+
+
+def test_the_equality_check_can_fail() -> None:
+    """One more Newton-Schulz iteration changes the parameters: equality is not vacuous."""
+    ours, theirs, _, _ = _step_both(MuonHyper(), steps=1)
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs, strict=True))
+    other, _, _, _ = _step_both(MuonHyper(ns_steps=6), steps=1)
+    assert not any(torch.equal(p, q) for p, q in zip(ours, other, strict=True))
+
+
+def test_rejects_non_matrices_like_torch() -> None:
+    with pytest.raises(ValueError, match="only supports 2D parameters"):
+        ShardedMuon([torch.zeros(4)])
+    with pytest.raises(ValueError, match="only supports 2D parameters"):
+        torch.optim.Muon([torch.zeros(4)])
+    with pytest.raises(ValueError, match="adjust_lr_fn"):
+        MuonHyper(adjust_lr_fn="spectral")
+
+
+def test_sharded_strategy_without_comm_names_the_fix() -> None:
+    optimizer = ShardedMuon([torch.zeros(3, 3)], strategy=Strategy.WORLD)
+    with pytest.raises(ValueError, match="needs a Comm"):
+        optimizer.layout()
+
+
+@given(
+    shapes=st.lists(st.tuples(st.integers(1, 256), st.integers(1, 256)), min_size=0, max_size=40),
+    group=st.integers(1, 16),
+)
+@settings(max_examples=200, deadline=None)
+def test_owner_layout_is_deterministic_complete_and_lpt_balanced(shapes, group) -> None:
+    owners = assign_owners(shapes, group)
+    assert owners == assign_owners(list(shapes), group)
+    assert all(0 <= o < group for o in owners)
+    load = [0] * group
+    for s, o in zip(shapes, owners, strict=True):
+        load[o] += ns_flops(s)
+    if shapes:
+        biggest = max(ns_flops(s) for s in shapes)
+        assert max(load) <= sum(load) / group + biggest  # Graham's LPT bound
+
+
+def test_ns_flops_formula() -> None:
+    assert ns_flops((4, 8)) == 2 * 5 * 16 * (2 * 8 + 4)
+    assert ns_flops((8, 4)) == ns_flops((4, 8))
+
+
+class _Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.hidden = nn.Linear(8, 8)
+        self.norm = nn.LayerNorm(8)
+        self.head = nn.Linear(8, 4)
+
+
+def test_routing_sends_hidden_matrices_to_muon_and_the_rest_to_adamw() -> None:
+    muon, adamw = route_parameters(_Tiny(), head_prefixes=("head",))
+    assert [n for n, _ in muon] == ["hidden.weight"]
+    assert [n for n, _ in adamw] == [
+        "embed.weight",
+        "hidden.bias",
+        "norm.weight",
+        "norm.bias",
+        "head.weight",
+        "head.bias",
+    ]
+
+
+def test_collectives_refuse_non_contiguous_views() -> None:
+    comm = Comm(Topology(1, 1), rank=0)
+    view = torch.zeros(8, 4, dtype=torch.bfloat16).T
+    with pytest.raises(NonContiguousTensorError, match=r"tensor\.contiguous\(\)"):
+        comm.broadcast(view, src=0)
+
+
+def test_digest_sees_one_bit() -> None:
+    a = [torch.ones(3, 3)]
+    b = [torch.ones(3, 3)]
+    assert parameter_digest(a) == parameter_digest(b)
+    b[0][1, 1] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
+    assert parameter_digest(a) != parameter_digest(b)
