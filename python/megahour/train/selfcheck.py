@@ -96,3 +96,15 @@ def probe_worker(rank: int, topology: Topology, override: str | None = None) -> 
     comm = Comm(topology, rank)
     choice = choose_strategy(comm, SHAPES, override=override)
     return {"choice": choice.as_dict(), "probe_bytes": comm.ledger["probe"].as_dict()}
+
+
+def train_worker(
+    rank: int, topology: Topology, config: Any, env: dict[str, str] | None = None
+) -> dict[str, Any]:
+    """Run the trainer on this rank of a local world; the result as a dict."""
+    import os
+
+    from megahour.train.trainer import train
+
+    os.environ.update(env or {})
+    return train(config).as_dict()

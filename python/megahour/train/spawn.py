@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import queue
 import socket
+import time
 import traceback
 from collections.abc import Callable
 from typing import Any
@@ -21,6 +22,10 @@ from megahour.train.topology import Topology
 
 class LocalWorldError(RuntimeError):
     """A rank of a local world failed or did not answer in time."""
+
+    def __init__(self, message: str, exit_codes: dict[int, int] | None = None) -> None:
+        super().__init__(message)
+        self.exit_codes = exit_codes or {}
 
 
 def free_port() -> int:
@@ -81,20 +86,28 @@ def run_local_world(
         p.start()
     answers: dict[int, Any] = {}
     errors: list[str] = []
+    deadline = time.monotonic() + timeout_s
     try:
-        for _ in procs:
+        while len(answers) < len(procs) and not errors:
             try:
-                rank, status, value = results.get(timeout=timeout_s)
+                rank, status, value = results.get(timeout=0.5)
             except queue.Empty:
-                raise LocalWorldError(
-                    f"a rank of the {topology.nodes}x{topology.gpus_per_node} local world gave no answer "
-                    f"in {timeout_s:.0f} s (ranks answered: {sorted(answers)})"
-                ) from None
+                died = {r: p.exitcode for r, p in enumerate(procs) if p.exitcode not in (None, 0)}
+                died = {r: code for r, code in died.items() if r not in answers}
+                if died:
+                    raise LocalWorldError(
+                        f"ranks exited without an answer: {died} (rank: exit code)", exit_codes=died
+                    ) from None
+                if time.monotonic() > deadline:
+                    raise LocalWorldError(
+                        f"a rank of the {topology.nodes}x{topology.gpus_per_node} local world gave no "
+                        f"answer in {timeout_s:.0f} s (ranks answered: {sorted(answers)})"
+                    ) from None
+                continue
             if status == "ok":
                 answers[rank] = value
             else:
                 errors.append(f"rank {rank}:\n{value}")
-                break
     finally:
         for p in procs:
             p.join(timeout=10 if not errors else 1)
