@@ -11,6 +11,9 @@ NODES ?= 2
 GPUS_PER_NODE ?= 2
 # REMOTE_STORE=1: add the `store` container, the cache's under-store as a remote S3 server.
 REMOTE_STORE ?=
+# TRAIN=1: install the trainer (torch, about 3.5 GB) on the compute nodes (docs/training.md).
+TRAIN ?=
+DEPLOY_VARS := $(if $(TRAIN),-e runtime_train=true)
 
 .PHONY: help venv prereqs image up deploy down status test lint unit integration molecule bench-deploy clean
 
@@ -38,11 +41,11 @@ image: prereqs ## Build the node image (cached by recipe)
 
 up: prereqs ## Stand up the local cluster and deploy site.yml onto it
 	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(REMOTE_STORE),--remote-store)
-	ansible-playbook playbooks/site.yml
+	ansible-playbook playbooks/site.yml $(DEPLOY_VARS)
 	megahour cluster status
 
 deploy: venv ## Deploy site.yml onto the running local cluster
-	ansible-playbook playbooks/site.yml
+	ansible-playbook playbooks/site.yml $(DEPLOY_VARS)
 
 down: venv ## Remove the local cluster's containers, network and inventory
 	megahour cluster down

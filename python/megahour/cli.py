@@ -1101,6 +1101,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_ingest_landing)
 
+    from megahour.train.cli import configure_parser as configure_train
+
+    configure_train(
+        sub.add_parser("train", help="the trainer, the Muon strategy selector and self-check").add_subparsers(
+            dest="sub", required=True
+        )
+    )
+
     inv = sub.add_parser("inventory", help="inventory contract").add_subparsers(dest="sub", required=True)
     p = inv.add_parser("validate", help="check an inventory before deploying")
     p.add_argument("-i", "--inventory", required=True, help="inventory directory or file")
@@ -1136,6 +1144,10 @@ def main(argv: list[str] | None = None) -> int:
         from megahour.ingest.runfiles import RunDirError
 
         errors = (*errors, EpisodeError, RunDirError)
+    if args.command == "train":
+        from megahour.train.topology import TopologyError
+
+        errors = (*errors, TopologyError, ValueError, OSError)
     try:
         return args.func(args, console)
     except errors as exc:

@@ -12,7 +12,7 @@ from megahour.train.checkpoint import CheckpointStore
 from megahour.train.selfcheck import train_worker
 from megahour.train.spawn import LocalWorldError, run_local_world
 from megahour.train.topology import Topology
-from megahour.train.trainer import FAIL_AT_STEP_ENV, FAILURE_EXIT, TrainConfig
+from megahour.train.trainer import FAIL_AT_STEP_ENV, TrainConfig
 
 TOPOLOGY = Topology(2, 2)
 
@@ -36,7 +36,7 @@ def uninterrupted(tmp_path_factory) -> dict:
 def _kill_then_resume(tmp: Path, first: TrainConfig, second: TrainConfig, fail_at: int) -> dict:
     with pytest.raises(LocalWorldError) as killed:
         run_local_world(TOPOLOGY, train_worker, config=first, env={FAIL_AT_STEP_ENV: str(fail_at)})
-    assert set(killed.value.exit_codes.values()) == {FAILURE_EXIT}
+    assert set(killed.value.exit_codes.values()) == {-9}  # SIGKILL, as a dead node
     return run_local_world(TOPOLOGY, train_worker, config=second)[0]
 
 

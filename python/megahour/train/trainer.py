@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -45,8 +46,11 @@ from megahour.train.topology import Topology
 
 log = logging.getLogger(__name__)
 
+# Fault injection for tests and the acceptance playbook. FAIL: every rank SIGKILLs itself after the
+# step (a node dying). HOLD: after the step and its checkpoint, the ranks stop and wait to be killed
+# (the playbook then runs `scontrol requeue`); only in a run that did not resume past that step.
 FAIL_AT_STEP_ENV = "MEGAHOUR_TRAIN_FAIL_AT_STEP"
-FAILURE_EXIT = 75  # a transient failure to `megahour run` (EX_TEMPFAIL): restart or requeue
+HOLD_AT_STEP_ENV = "MEGAHOUR_TRAIN_HOLD_AT_STEP"
 
 
 @dataclass(frozen=True)
@@ -64,6 +68,7 @@ class TrainConfig:
     adamw_lr: float = 3e-3
     deterministic: bool = True
     threads: int = 1
+    log_every: int = 10
     synthetic_rows: int = 256  # rows per rank of the synthetic source
     manifest: Path | None = None  # a fetched manifest: train on its episodes instead
     model: ModelConfig = field(default_factory=ModelConfig)
@@ -180,6 +185,7 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
         log.info("training steps %d..%d, muon strategy %s", start, config.steps, choice.strategy.value)
 
     fail_at = int(env.get(FAIL_AT_STEP_ENV, "-1") or -1)
+    hold_at = int(env.get(HOLD_AT_STEP_ENV, "-1") or -1)
     comm.ledger.reset()
     loss_value: float | None = None
     step_times: list[float] = []
@@ -209,13 +215,23 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
         step_times.append(time.perf_counter() - started)
         done = step + 1
         metrics.write({"step": done, "loss": loss_value, "seconds": step_times[-1]})
+        if rank == 0 and (done % config.log_every == 0 or done == config.steps):
+            log.info(
+                "step %d/%d loss %.6f %.1f ms/step", done, config.steps, loss_value, step_times[-1] * 1e3
+            )
         if store is not None and (done % config.checkpoint_every == 0 or done == config.steps):
             checkpoint.save(store, done, model, adamw, muon, comm, {"strategy": choice.strategy.value})
         if done == fail_at:
             metrics.write({"event": "injected failure", "step": done})
             metrics.close()
             sys.stdout.flush()
-            os._exit(FAILURE_EXIT)  # like a node dying: no cleanup, no final checkpoint
+            os.kill(os.getpid(), signal.SIGKILL)  # like a node dying: no cleanup, no final checkpoint
+        if done == hold_at:
+            comm.barrier()
+            metrics.write({"event": "holding", "step": done})
+            log.warning("holding after step %d until killed (%s)", done, HOLD_AT_STEP_ENV)
+            while True:
+                time.sleep(3600)
 
     result = TrainResult(
         steps=config.steps,
