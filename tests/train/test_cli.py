@@ -1,0 +1,51 @@
+from __future__ import annotations
+
+import json
+
+from megahour.cli import main
+
+
+def test_select_prints_the_choice_as_json(capsys) -> None:
+    assert (
+        main(["train", "select", "--nodes", "16", "--gpus-per-node", "8", "--shapes", "llama8b", "--json"])
+        == 0
+    )
+    choice = json.loads(capsys.readouterr().out)
+    assert choice["strategy"] == "world" and choice["nodes"] == 16
+    assert choice["predictions"]["per_node"]["bytes"]["inter"] == 0
+
+
+def test_select_reads_a_link_model(tmp_path, capsys) -> None:
+    links = tmp_path / "links.json"
+    links.write_text(
+        json.dumps(
+            {
+                "node_alpha_s": 1e-5,
+                "node_bytes_per_s": 3.6e11,
+                "world_alpha_s": 2e-3,
+                "world_bytes_per_s": 5e9,
+                "ns_flops_per_s": 4e14,
+            }
+        )
+    )
+    argv = [
+        "train",
+        "select",
+        "--nodes",
+        "8",
+        "--gpus-per-node",
+        "8",
+        "--shapes",
+        "llama8b",
+        "--links",
+        str(links),
+    ]
+    assert main([*argv, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["strategy"] == "per_node"
+
+
+def test_bad_input_is_a_clear_error(capsys) -> None:
+    assert main(["train", "select", "--nodes", "0", "--gpus-per-node", "8"]) == 1
+    assert "at least 1 node" in capsys.readouterr().err
+    assert main(["train", "selfcheck", "--layouts", "2by2"]) == 1
+    assert "NODESxGPUS" in capsys.readouterr().err
