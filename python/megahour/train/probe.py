@@ -1,11 +1,11 @@
 """Calibrate the cost model at job start: broadcast latency and bandwidth per group, and the NS rate.
 
-A few broadcasts of two payload sizes over the world and, at the same time on every node, over the
-node's group give ``t(s) = alpha + s/beta`` for each; the sources rotate over the group's ranks as Muon's
-owners do. Each rank times a burst between two barriers and the slowest rank counts (in synchronous
-training every rank waits for the slowest). A Newton-Schulz run on a BF16 matrix gives ``F``. The whole
-probe takes well under a second on an idle cluster; its traffic is booked under the ``probe`` tag.
-"""
+Bursts of broadcasts of two payload sizes (4 KiB and the median Muon update) over the world and, at
+the same time on every node, over the node's group give ``t(s) = alpha + s/beta`` for each. The
+sources rotate over the group's ranks as Muon's owners do. Each rank times a burst between two
+barriers and the slowest rank counts (in synchronous training every rank waits for the slowest).
+Newton-Schulz runs on the largest Muon matrix, on every rank at once, give ``F`` (the median rank's).
+The probe takes about a second; its traffic is booked under the ``probe`` tag."""
 
 from __future__ import annotations
 
@@ -23,19 +23,33 @@ from megahour.train.muon import Strategy, ns_flops
 
 log = logging.getLogger(__name__)
 
-PROBE_SIZES = (16 << 10, 1 << 20)  # bytes: one latency-bound, one bandwidth-bound payload
+SMALL_PROBE_BYTES = 4 << 10  # latency-bound
+DEFAULT_LARGE_PROBE_BYTES = 1 << 20
 
 
-def _burst_seconds(comm: Comm, group: Any, ranks: Sequence[int], nbytes: int, repeats: int) -> float:
+def _median(values: Sequence[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2]
+
+
+def _burst_seconds(
+    comm: Comm, group: Any, ranks: Sequence[int], nbytes: int, repeats: int, rounds: int = 3
+) -> float:
+    """Seconds a broadcast of ``nbytes`` takes over ``group``: per round, the slowest rank's mean over
+    ``repeats`` back-to-back broadcasts; the median round (one scheduling hiccup must not decide)."""
     buf = torch.zeros(nbytes // 2, dtype=torch.bfloat16)
     comm.broadcast(buf, src=ranks[0], group=group, tag="probe")  # warm-up: connections, buffers
-    comm.barrier()
-    start = time.perf_counter()
-    for k in range(repeats):
-        comm.broadcast(buf, src=ranks[k % len(ranks)], group=group, tag="probe")
-    comm.barrier()
-    mine = (time.perf_counter() - start) / repeats
-    return max(comm.all_gather_object(mine))
+    per_round = []
+    for _ in range(rounds):
+        # Barriers over the probed group only: a world barrier would add a trip over the fabric to
+        # every node-group measurement.
+        comm.barrier(group)
+        start = time.perf_counter()
+        for k in range(repeats):
+            comm.broadcast(buf, src=ranks[k % len(ranks)], group=group, tag="probe")
+        comm.barrier(group)
+        per_round.append(max(comm.all_gather_object((time.perf_counter() - start) / repeats)))
+    return _median(per_round)
 
 
 def _fit(sizes: Sequence[int], seconds: Sequence[float]) -> tuple[float, float]:
@@ -46,20 +60,46 @@ def _fit(sizes: Sequence[int], seconds: Sequence[float]) -> tuple[float, float]:
     return max(0.0, t1 - s1 / beta), beta
 
 
-def ns_rate(shape: tuple[int, int] = (256, 256), repeats: int = 3) -> float:
-    """Newton-Schulz FLOP/s of this rank on a BF16 matrix of ``shape``."""
+def ns_rate(shape: tuple[int, int] = (256, 256), min_seconds: float = 0.25) -> float:
+    """Newton-Schulz FLOP/s of this rank on a BF16 matrix of ``shape``, over at least ``min_seconds``.
+
+    Long enough that every rank computing at once overlaps: where ranks share processors (the
+    emulation, an oversubscribed node) the rate is the shared one, as in a step.
+    """
     grad = torch.randn(shape)
-    torch_muon._zeropower_via_newtonschulz(grad, (3.4445, -4.775, 2.0315), 5, 1e-7)  # warm-up
+    coefficients = (torch_muon.DEFAULT_A, torch_muon.DEFAULT_B, torch_muon.DEFAULT_C)
+    torch_muon._zeropower_via_newtonschulz(grad, coefficients, 5, 1e-7)  # warm-up
+    runs = 0
     start = time.perf_counter()
-    for _ in range(repeats):
-        torch_muon._zeropower_via_newtonschulz(grad, (3.4445, -4.775, 2.0315), 5, 1e-7)
-    return ns_flops(shape) * repeats / max(time.perf_counter() - start, 1e-9)
+    while (elapsed := time.perf_counter() - start) < min_seconds or runs < 2:
+        torch_muon._zeropower_via_newtonschulz(grad, coefficients, 5, 1e-7)
+        runs += 1
+    return ns_flops(shape) * runs / max(elapsed, 1e-9)
 
 
-def calibrate(comm: Comm, repeats: int = 6, sizes: Sequence[int] = PROBE_SIZES) -> LinkModel:
-    """Measure a :class:`LinkModel` on this job's process groups (a collective call on every rank)."""
+def probe_sizes(shapes: Sequence[Sequence[int]]) -> tuple[int, int]:
+    """(small, large) payloads: a latency-bound one and the median Muon update's BF16 size, so the
+    bandwidth is measured at the message size the step sends (small messages and large ones see
+    different effective rates on a real fabric and on a shaped link alike)."""
+    if not shapes:
+        return SMALL_PROBE_BYTES, DEFAULT_LARGE_PROBE_BYTES
+    sizes = sorted(int(s[0]) * int(s[1]) * 2 for s in shapes)
+    return SMALL_PROBE_BYTES, max(2 * SMALL_PROBE_BYTES, sizes[len(sizes) // 2])
+
+
+def calibrate(
+    comm: Comm, shapes: Sequence[Sequence[int]] = (), repeats: int = 8, sizes: Sequence[int] | None = None
+) -> LinkModel:
+    """Measure a :class:`LinkModel` on this job's process groups (a collective call on every rank).
+
+    Broadcast times are the slowest rank's; the Newton-Schulz rate is the median rank's, measured on
+    the largest Muon matrix with every rank computing at once (as they do in a step).
+    """
     topo = comm.topology
-    flops = min(comm.all_gather_object(ns_rate()))
+    sizes = tuple(sizes) if sizes is not None else probe_sizes(shapes)
+    largest = max(shapes, key=lambda s: int(s[0]) * int(s[1])) if shapes else (256, 256)
+    comm.barrier()
+    flops = _median(comm.all_gather_object(ns_rate((int(largest[0]), int(largest[1])))))
     if topo.world_size == 1:
         return LinkModel(0.0, 1e18, 0.0, 1e18, flops, source="probe (one rank: no links)")
     node_ranks = topo.node_ranks(topo.node_of(comm.rank))
@@ -85,7 +125,7 @@ def choose_strategy(
     links: LinkModel | None = None,
 ) -> Choice:
     """The strategy for this job: calibrated unless ``links`` is given, overridden if asked; logged."""
-    model = links if links is not None else calibrate(comm)
+    model = links if links is not None else calibrate(comm, shapes)
     choice = select_strategy(comm.topology, shapes, model)
     if override is not None and Strategy(override) is not choice.strategy:
         choice = Choice(

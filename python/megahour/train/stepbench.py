@@ -21,7 +21,7 @@ import torch
 from megahour.atomicio import atomic_write_text
 from megahour.train.comm import Comm, LinkBytes
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy
-from megahour.train.probe import choose_strategy
+from megahour.train.probe import _burst_seconds, choose_strategy
 from megahour.train.topology import Topology
 
 
@@ -43,9 +43,17 @@ def optimizer_step_worker(
     comm = Comm(topology, rank)
     comm.node_group()
     choice = choose_strategy(comm, shapes)
+    # The intra-node link's bandwidth at a large, bandwidth-bound payload (8 MiB): steadier than the
+    # probe's fit at one matrix's size, so the benchmark sizes its inter-node cap from it.
+    node_ranks = topology.node_ranks(topology.node_of(rank))
+    bulk = (
+        (8 << 20) / _burst_seconds(comm, comm.node_group(), node_ranks, 8 << 20, repeats=4)
+        if len(node_ranks) > 1
+        else None
+    )
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(s, generator=gen) for s in shapes]
-    out: dict[str, Any] = {"choice": choice.as_dict(), "strategies": {}}
+    out: dict[str, Any] = {"choice": choice.as_dict(), "node_bulk_bytes_per_s": bulk, "strategies": {}}
     for name in strategies:
         params = [torch.zeros(s) for s in shapes]
         optimizer = ShardedMuon(params, strategy=Strategy(name), comm=comm, hyper=MuonHyper(lr=0.02))
@@ -77,6 +85,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", required=True, help="JSON list of [rows, cols]")
     parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--strategies", default="world,per_node,replicated")
     parser.add_argument("--out", required=True, help="rank 0 writes its JSON result here")
     args = parser.parse_args()
     import torch.distributed as dist
@@ -86,7 +95,11 @@ def main() -> None:
     dist.init_process_group("gloo")
     try:
         result = optimizer_step_worker(
-            dist.get_rank(), topology, [tuple(s) for s in json.loads(args.shapes)], steps=args.steps
+            dist.get_rank(),
+            topology,
+            [tuple(s) for s in json.loads(args.shapes)],
+            strategies=tuple(args.strategies.split(",")),
+            steps=args.steps,
         )
     finally:
         dist.destroy_process_group()
