@@ -129,7 +129,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--quick", action="store_true", help="10 steps, the 18x series only (under 2 minutes)"
+        "--quick", action="store_true", help="5 timed steps a strategy (under 2 minutes)"
     )
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--nodes", default="1,2,4")
