@@ -128,9 +128,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument(
-        "--quick", action="store_true", help="5 timed steps a strategy (under 2 minutes)"
-    )
+    parser.add_argument("--quick", action="store_true", help="5 timed steps a strategy (under 2 minutes)")
     parser.add_argument("--json", type=Path, help="write the figures here")
     parser.add_argument("--nodes", default="1,2,4")
     parser.add_argument("--gpus-per-node", type=int, default=2)

@@ -26,17 +26,7 @@ def _step_both(hyper: MuonHyper, steps: int, seed: int = 0) -> tuple[list, list,
     ours = [torch.randn(s, generator=gen) for s in SHAPES]
     theirs = [p.clone() for p in ours]
     optimizer = ShardedMuon(ours, hyper=hyper)
-    reference = torch.optim.Muon(
-        theirs,
-        lr=hyper.lr,
-        weight_decay=hyper.weight_decay,
-        momentum=hyper.momentum,
-        nesterov=hyper.nesterov,
-        ns_coefficients=hyper.ns_coefficients,
-        eps=hyper.eps,
-        ns_steps=hyper.ns_steps,
-        adjust_lr_fn=hyper.adjust_lr_fn,
-    )
+    reference = hyper.reference(theirs)
     for _ in range(steps):
         for p, q in zip(ours, theirs, strict=True):
             g = torch.randn(p.shape, generator=gen)

@@ -98,6 +98,20 @@ class MuonHyper:
         if not 0.0 <= self.momentum < 1.0:
             raise ValueError(f"momentum must be in [0, 1), got {self.momentum}")
 
+    def reference(self, params: Iterable[torch.Tensor]) -> torch.optim.Muon:
+        """Single-process ``torch.optim.Muon`` with these hyperparameters: what every strategy must equal."""
+        return torch.optim.Muon(
+            params,
+            lr=self.lr,
+            weight_decay=self.weight_decay,
+            momentum=self.momentum,
+            nesterov=self.nesterov,
+            ns_coefficients=self.ns_coefficients,
+            eps=self.eps,
+            ns_steps=self.ns_steps,
+            adjust_lr_fn=self.adjust_lr_fn,
+        )
+
 
 def muon_direction(grad: torch.Tensor, momentum_buffer: torch.Tensor, hp: MuonHyper) -> torch.Tensor:
     """Momentum step (in place on ``momentum_buffer``) and orthogonalization: the BF16 update ``O``.

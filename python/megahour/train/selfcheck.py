@@ -46,17 +46,7 @@ def equivalence_worker(
         ours = [t.clone() for t in _matrices(seed, shapes)]
         theirs = [t.clone() for t in ours]
         optimizer = ShardedMuon(ours, strategy=strategy, comm=comm, hyper=HYPER)
-        reference = torch.optim.Muon(
-            theirs,
-            lr=HYPER.lr,
-            weight_decay=HYPER.weight_decay,
-            momentum=HYPER.momentum,
-            nesterov=HYPER.nesterov,
-            ns_coefficients=HYPER.ns_coefficients,
-            eps=HYPER.eps,
-            ns_steps=HYPER.ns_steps,
-            adjust_lr_fn=HYPER.adjust_lr_fn,
-        )
+        reference = HYPER.reference(theirs)
         for step in range(steps):
             grads = _matrices(seed * 1000 + step * topology.world_size + rank + 1, shapes)
             for g in grads:
