@@ -268,7 +268,7 @@ def parameter_digest(params: Iterable[torch.Tensor]) -> str:
     """BLAKE2b of the parameters' bytes, in order: equal digests mean bit-identical replicas."""
     h = hashlib.blake2b(digest_size=16)
     for p in params:
-        t = p.detach().contiguous().cpu()
+        t = p.detach().cpu().contiguous()
         h.update(str((tuple(t.shape), str(t.dtype))).encode())
         h.update(t.view(torch.uint8).numpy().tobytes() if t.numel() else b"")
     return h.hexdigest()

@@ -24,9 +24,9 @@ SHAPES: tuple[tuple[int, int], ...] = ((64, 32), (32, 64), (48, 48), (16, 80), (
 HYPER = MuonHyper(lr=0.02, weight_decay=0.01)
 
 
-def _matrices(seed: int, shapes: tuple[tuple[int, int], ...]) -> list[torch.Tensor]:
+def _matrices(seed: int, shapes: tuple[tuple[int, int], ...], device: str = "cpu") -> list[torch.Tensor]:
     gen = torch.Generator().manual_seed(seed)
-    return [torch.randn(s, generator=gen) for s in shapes]
+    return [torch.randn(s, generator=gen).to(device) for s in shapes]
 
 
 def equivalence_worker(
@@ -36,19 +36,21 @@ def equivalence_worker(
     seed: int = 0,
     strategies: tuple[str, ...] = ("replicated", "world", "per_node"),
     shapes: tuple[tuple[int, int], ...] = SHAPES,
+    device: str = "cpu",
 ) -> dict[str, Any]:
+    """``device``: where the matrices live ("cuda" checks the GPU kernels; gloo copies through the host)."""
     comm = Comm(topology, rank)
     comm.node_group()  # every rank creates every node group, in the same order, before any strategy
     report: dict[str, Any] = {}
     for name in strategies:
         strategy = Strategy(name)
         comm.ledger.reset()
-        ours = [t.clone() for t in _matrices(seed, shapes)]
+        ours = [t.clone() for t in _matrices(seed, shapes, device)]
         theirs = [t.clone() for t in ours]
         optimizer = ShardedMuon(ours, strategy=strategy, comm=comm, hyper=HYPER)
         reference = HYPER.reference(theirs)
         for step in range(steps):
-            grads = _matrices(seed * 1000 + step * topology.world_size + rank + 1, shapes)
+            grads = _matrices(seed * 1000 + step * topology.world_size + rank + 1, shapes, device)
             for g in grads:
                 comm.all_reduce(g, tag="grad")
             for p, q, g in zip(ours, theirs, grads, strict=True):
