@@ -1145,6 +1145,15 @@ def main(argv: list[str] | None = None) -> int:
 
         errors = (*errors, EpisodeError, RunDirError)
     if args.command == "train":
+        try:
+            import torch  # noqa: F401 - only to name the missing extra before a deep ImportError
+        except ImportError:
+            Console(stderr=True).print(
+                "[red]error:[/] `megahour train` needs torch: install megahour's train extra "
+                "(pip install 'megahour[train]'; on a cluster, deploy with runtime_train: true)",
+                highlight=False,
+            )
+            return 1
         from megahour.train.topology import TopologyError
 
         errors = (*errors, TopologyError, ValueError, OSError)

@@ -14,7 +14,10 @@ from megahour.episodes import mcapio, transcode
 from megahour.episodes.synthetic import synthetic_recording
 from megahour.train.data import EpisodeSource, SyntheticSource, collate, plan_batch
 from megahour.train.model import ModelConfig, WorldActionModel
-from megahour.train.trainer import TrainConfig, train
+from megahour.train.selfcheck import train_worker
+from megahour.train.spawn import run_local_world
+from megahour.train.topology import Topology
+from megahour.train.trainer import TrainConfig
 
 CONFIG = ModelConfig()
 
@@ -45,6 +48,7 @@ def test_a_rank_without_rows_gets_a_clear_error() -> None:
 
 @pytest.fixture(scope="module")
 def episode_manifest(tmp_path_factory) -> Path:
+    """Four rows over two episodes, laid out for two ranks."""
     root = tmp_path_factory.mktemp("train-episodes")
     uris = []
     for seed in range(2):
@@ -54,15 +58,31 @@ def episode_manifest(tmp_path_factory) -> Path:
         tuned = root / f"ep-{seed}.mcap"
         transcode.transcode(raw, tuned)
         uris.append(str(tuned))
-    table = pa.table({"episode_id": [f"ep-{i}" for i in range(2)], "storage_uri": uris})
+    table = pa.table({"episode_id": [f"ep-{i}" for i in range(4)], "storage_uri": uris * 2})
     path = root / "train.arrow"
-    manifest.write_manifest(table, path, world_size=1, query="test", warehouse="test", warehouse_version="0")
+    manifest.write_manifest(table, path, world_size=2, query="test", warehouse="test", warehouse_version="0")
     fetch.mark_verified(path)
     return path
 
 
+def test_ranks_read_global_rows_each_once_per_epoch(episode_manifest) -> None:
+    sources = [EpisodeSource(CONFIG, open_rank(episode_manifest, rank, 2), seed=3) for rank in range(2)]
+    for epoch in (0, 1):
+        orders = [sorted(int(r) for r in s.epoch_order(epoch)) for s in sources]
+        assert sorted(orders[0] + orders[1]) == [0, 1, 2, 3]  # every row once, across ranks
+    # rows are global manifest rows, looked up in the whole table: row r is episode r % 2
+    for source in sources:
+        for row in source.epoch_order(0):
+            assert source.uri(int(row)).endswith(f"ep-{int(row) % 2}.mcap")
+    row = int(sources[1].epoch_order(0)[0])
+    assert sources[1].sample(row, 0)["frames"].shape == (CONFIG.context_frames, 3, 32, 32)
+    for source in sources:
+        source.close()
+
+
 def test_episode_rows_become_model_inputs(episode_manifest) -> None:
-    source = EpisodeSource(CONFIG, open_rank(episode_manifest, 0, 1), seed=3)
+    with pytest.warns(UserWarning, match="laid out for 2 ranks"):
+        source = EpisodeSource(CONFIG, open_rank(episode_manifest, 0, 1), seed=3)
     sample = source.sample(1, 0)
     assert sample["frames"].shape == (CONFIG.context_frames, 3, 32, 32)
     assert sample["future_frames"].shape == (CONFIG.future_frames, 3, 32, 32)
@@ -77,9 +97,8 @@ def test_episode_rows_become_model_inputs(episode_manifest) -> None:
     source.close()
 
 
-def test_the_trainer_reads_a_manifest(tmp_path, episode_manifest) -> None:
-    result = train(
-        TrainConfig(steps=3, batch_size=2, manifest=episode_manifest, checkpoint_dir=tmp_path), env={}
-    )
-    assert result.steps == 3 and np.isfinite(result.final_loss)
-    assert result.strategy == "world"  # one rank: every strategy is the same; the tie goes to world
+def test_the_trainer_reads_a_manifest_on_two_ranks(tmp_path, episode_manifest) -> None:
+    config = TrainConfig(steps=3, batch_size=2, manifest=episode_manifest, checkpoint_dir=tmp_path)
+    results = run_local_world(Topology(1, 2), train_worker, config=config)
+    assert all(r["steps"] == 3 and np.isfinite(r["final_loss"]) for r in results)
+    assert len({r["digest"] for r in results}) == 1

@@ -39,4 +39,4 @@ def test_step_worker_times_every_strategy_and_books_bytes() -> None:
     assert report["strategies"]["per_node"]["muon_bytes_per_step"]["inter"] == 0
     assert report["strategies"]["world"]["muon_bytes_per_step"]["inter"] > 0
     assert all(r["mean_s"] > 0 and r["p99_s"] >= r["p50_s"] for r in report["strategies"].values())
-    assert report["choice"]["strategy"] in {"world", "per_node", "replicated"}
+    assert report["choice"]["links"]["source"] == "probe"

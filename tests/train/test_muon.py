@@ -150,3 +150,23 @@ def test_digest_sees_one_bit() -> None:
     assert parameter_digest(a) == parameter_digest(b)
     b[0][1, 1] = torch.nextafter(torch.tensor(1.0), torch.tensor(2.0))
     assert parameter_digest(a) != parameter_digest(b)
+
+
+def test_learning_rate_changes_through_param_groups_like_torch() -> None:
+    """Schedulers edit group["lr"]: the change must apply, exactly as in torch.optim.Muon."""
+    gen = torch.Generator().manual_seed(5)
+    ours = [torch.randn(s, generator=gen) for s in SHAPES]
+    theirs = [p.clone() for p in ours]
+    optimizer, reference = ShardedMuon(ours), MuonHyper().reference(theirs)
+    for step in range(4):
+        if step == 2:
+            for group in (*optimizer.param_groups, *reference.param_groups):
+                group["lr"] = 0.05
+        for p, q in zip(ours, theirs, strict=True):
+            g = torch.randn(p.shape, generator=gen)
+            p.grad, q.grad = g.clone(), g.clone()
+        optimizer.step()
+        reference.step()
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs, strict=True))
+    unchanged = [p.clone() for p in _step_both(MuonHyper(), steps=4, seed=5)[0]]
+    assert not all(torch.equal(p, q) for p, q in zip(ours, unchanged, strict=True))

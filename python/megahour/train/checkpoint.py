@@ -81,8 +81,15 @@ class CheckpointStore:
             if match and int(match.group(1)) < newest_kept and not (entry / COMPLETE_MARKER).exists():
                 removed.append(entry)
         for path in removed:
-            shutil.rmtree(path, ignore_errors=True)
+            _remove(path)
         return removed
+
+
+def _remove(path: Path) -> None:
+    """Delete a checkpoint directory, its marker first: a deletion cut short leaves an incomplete
+    checkpoint (ignored), never a "complete" one with missing shards."""
+    (path / COMPLETE_MARKER).unlink(missing_ok=True)
+    shutil.rmtree(path, ignore_errors=True)
 
 
 def _state(model: nn.Module, adamw: torch.optim.Optimizer, muon: ShardedMuon, step: int) -> dict[str, Any]:
@@ -114,7 +121,7 @@ def save(
     """Save a checkpoint of the state after ``step`` steps, mark it complete, prune old ones."""
     path = store.path_for(step)
     if comm.rank == 0 and path.exists():
-        shutil.rmtree(path)  # a save of this step that died half-way (no marker: never loaded)
+        _remove(path)  # a save of this step that died half-way (no marker: never loaded)
     comm.barrier()
     dcp.save(_state(model, adamw, muon, step), checkpoint_id=str(path))
     comm.barrier()

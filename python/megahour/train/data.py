@@ -9,7 +9,8 @@ Sources:
 
 - :class:`SyntheticSource`: seeded moving-blob clips, for tests, the emulation and the benchmark.
 - :class:`EpisodeSource`: a rank's slice of a training manifest (``curation.load.open_rank``: mmap,
-  zero-copy), each row read from its episode with the episode reader at a time drawn from
+  zero-copy). Its epoch orders hold global rows (each rank's positions of one shuffle of all rows),
+  and each row is read from its episode with the episode reader at a time drawn from
   (seed, epoch, row) as the cache loader does. ``reader_factory`` is where the cache loader's
   ``CachedSource`` plugs in.
 """
@@ -74,9 +75,14 @@ class SyntheticSource:
 
     def __init__(self, config: ModelConfig, rows: int, seed: int = 0, rank: int = 0) -> None:
         self.config, self.rows, self.seed, self.rank = config, rows, seed, rank
+        self._orders: dict[int, np.ndarray] = {}  # the current epoch's order only
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        return np.random.default_rng(_mix(self.seed, self.rank, epoch)).permutation(self.rows)
+        if epoch not in self._orders:
+            self._orders = {
+                epoch: np.random.default_rng(_mix(self.seed, self.rank, epoch)).permutation(self.rows)
+            }
+        return self._orders[epoch]
 
     def sample(self, row: int, epoch: int) -> dict[str, np.ndarray]:
         c = self.config
@@ -147,13 +153,13 @@ class EpisodeSource:
         action_topic: str = "/action",
         action_hz: float = 100.0,
         reader_factory: Callable[[str], object] | None = None,
+        max_open_readers: int = 16,
     ) -> None:
         from megahour.episodes.layout import FrameWindow, SampleSpec, SeriesWindow
 
         self.config, self.manifest, self.seed = config, manifest, seed
         self.camera, self.proprio_topic, self.action_topic = camera, proprio_topic, action_topic
         self.rows = manifest.rows  # type: ignore[attr-defined]
-        self.uris = [str(u) for u in manifest.column("storage_uri")]  # type: ignore[attr-defined]
         span_s = (config.past_actions + config.action_chunk) / action_hz
         self.spec = SampleSpec(
             "megahour-train",
@@ -164,15 +170,27 @@ class EpisodeSource:
             ),
         )
         self._factory = reader_factory
-        self._readers: dict[str, object] = {}
+        self._readers: dict[str, object] = {}  # insertion order: the oldest is evicted first
+        self._orders: dict[int, np.ndarray] = {}
+        self.max_open_readers = max_open_readers
 
     def epoch_order(self, epoch: int) -> np.ndarray:
-        return np.asarray(self.manifest.epoch_rows(epoch, self.seed))  # type: ignore[attr-defined]
+        """Global manifest rows, in this rank's order for ``epoch`` (its positions of a seeded shuffle of
+        every row: ranks never read the same row in an epoch)."""
+        if epoch not in self._orders:
+            self._orders = {epoch: np.asarray(self.manifest.epoch_rows(epoch, self.seed))}  # type: ignore[attr-defined]
+        return self._orders[epoch]
+
+    def uri(self, row: int) -> str:
+        """The episode of global manifest row ``row``."""
+        return str(self.manifest.take(np.array([row])).column("storage_uri")[0])  # type: ignore[attr-defined]
 
     def _reader(self, uri: str):
         if uri not in self._readers:
             from megahour.episodes.reader import EpisodeReader
 
+            if len(self._readers) >= self.max_open_readers:  # bound open files: drop the oldest
+                self._readers.pop(next(iter(self._readers))).close()
             self._readers[uri] = self._factory(uri) if self._factory else EpisodeReader(uri)
         return self._readers[uri]
 
@@ -180,11 +198,14 @@ class EpisodeSource:
         from megahour.delivery.loader import sample_fraction
 
         c = self.config
-        reader = self._reader(self.uris[row])
+        uri = self.uri(row)
+        reader = self._reader(uri)
         before, after = self.spec.reach_ns({self.camera: reader.rate_hz(self.camera)})
         lo, hi = reader.start_ns + before, reader.end_ns - after
         if hi < lo:
-            raise ValueError(f"episode {self.uris[row]} is shorter than a training window; curate it out")
+            raise ValueError(
+                f"episode {uri} (manifest row {row}) is shorter than a training window; curate it out"
+            )
         t_ns = lo + int(sample_fraction(self.seed, epoch, row) * (hi - lo + 1))
         sample = reader.read_sample(self.spec, t_ns)
         frames = _resize(sample.frames[self.camera], c.image_size)

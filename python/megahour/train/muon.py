@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from enum import StrEnum
 from typing import Any
 
@@ -155,11 +155,21 @@ class ShardedMuon(torch.optim.Optimizer):
                 raise ValueError(
                     f"Muon only supports 2D parameters whereas we found a parameter with size: {p.size()}"
                 )
-        super().__init__(params, {"hyper": hp})
+        # Hyperparameters live in param_groups, as in torch's optimizers, so LR schedulers and per-group
+        # settings work; ``hyper`` gives the defaults.
+        super().__init__(params, asdict(hp))
         self.strategy = Strategy(strategy)
         self.comm = comm
         self.hyper = hp
         self._layout: tuple[Any, list[int]] | None = None
+
+    def add_param_group(self, param_group: dict[str, Any]) -> None:
+        super().add_param_group(param_group)
+        self._layout = None  # owners are recomputed (every rank must add the same groups)
+
+    def _group_hypers(self) -> list[tuple[MuonHyper, list[torch.Tensor]]]:
+        names = [f.name for f in fields(MuonHyper)]
+        return [(MuonHyper(**{n: group[n] for n in names}), group["params"]) for group in self.param_groups]
 
     # Layout ----------------------------------------------------------------------------------------
     def _all_params(self) -> list[torch.Tensor]:
@@ -202,7 +212,7 @@ class ShardedMuon(torch.optim.Optimizer):
         group, owners = self.layout()
         rank = self.comm.rank if self.comm is not None else 0
         params = self._all_params()
-        hp = self.hyper
+        hypers = [hp for hp, members in self._group_hypers() for _ in members]
         updates: dict[int, torch.Tensor] = {}
         # Owners first orthogonalize everything they own, then the broadcasts run in parameter order on
         # every rank: the compute is not interleaved with waiting on other owners.
@@ -213,7 +223,7 @@ class ShardedMuon(torch.optim.Optimizer):
             state = self.state[p]
             if "momentum_buffer" not in state:
                 state["momentum_buffer"] = torch.zeros_like(p.grad, memory_format=torch.preserve_format)
-            updates[i] = muon_direction(p.grad, state["momentum_buffer"], hp)
+            updates[i] = muon_direction(p.grad, state["momentum_buffer"], hypers[i])
         sharded = self._sharded()
         for i, p in enumerate(params):
             if p.grad is None:
@@ -223,7 +233,7 @@ class ShardedMuon(torch.optim.Optimizer):
                 if i not in updates:
                     updates[i] = torch.empty(p.shape, dtype=torch.bfloat16, device=p.device)
                 self.comm.broadcast(updates[i], src=owners[i], group=group, tag="muon")
-            apply_update(p, updates[i], hp)
+            apply_update(p, updates[i], hypers[i])
         return loss
 
     def _sharded(self) -> bool:

@@ -127,13 +127,14 @@ def choose_strategy(
     """The strategy for this job: calibrated unless ``links`` is given, overridden if asked; logged."""
     model = links if links is not None else calibrate(comm, shapes)
     choice = select_strategy(comm.topology, shapes, model)
-    if override is not None and Strategy(override) is not choice.strategy:
+    if override is not None:
+        agrees = "agrees" if Strategy(override) is choice.strategy else f"picked {choice.strategy.value}"
         choice = Choice(
             Strategy(override),
             choice.topology,
             choice.predictions,
             choice.links,
-            f"overridden (the model picked {choice.strategy.value}): {choice.reason}",
+            f"overridden (the model {agrees}): {choice.reason}",
         )
     log.info("muon strategy: %s (%s)", choice.strategy.value, choice.reason)
     return choice

@@ -37,7 +37,6 @@ from megahour.atomicio import atomic_write_text
 from megahour.run.policy import attempt_dir_name, next_attempt_index
 from megahour.train import checkpoint
 from megahour.train.comm import Comm
-from megahour.train.costmodel import select_strategy
 from megahour.train.data import SyntheticSource, collate, plan_batch
 from megahour.train.model import HEADS, ModelConfig, WorldActionModel
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy, parameter_digest, route_parameters
@@ -100,8 +99,9 @@ class TrainResult:
 def _init_distributed(env: Mapping[str, str]) -> tuple[int, Topology]:
     topology = Topology.from_env(env)
     if topology.world_size > 1 and not dist.is_initialized():
-        backend = "nccl" if torch.cuda.is_available() and env.get("MEGAHOUR_BACKEND") != "gloo" else "gloo"
-        dist.init_process_group(backend)
+        # gloo: the trainer keeps its tensors on the CPU (docs/training.md#not-built), and NCCL takes
+        # only CUDA tensors.
+        dist.init_process_group("gloo")
     rank = dist.get_rank() if dist.is_initialized() else 0
     return rank, topology
 
@@ -150,13 +150,10 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
     model = WorldActionModel(config.model)
     muon_named, adamw_named = route_parameters(model, HEADS)
     shapes = [tuple(p.shape) for _, p in muon_named]
-    if config.strategy == "auto":
-        choice = choose_strategy(comm, shapes)
-    else:
-        choice = select_strategy(topology, shapes)
-        choice = type(choice)(
-            Strategy(config.strategy), topology, choice.predictions, choice.links, "set by --strategy"
-        )
+    choice = choose_strategy(comm, shapes, override=None if config.strategy == "auto" else config.strategy)
+    picks = set(comm.all_gather_object(choice.strategy.value))
+    if len(picks) > 1:  # every probe figure is all-gathered, so this means a bug, not a slow link
+        raise RuntimeError(f"ranks chose different Muon strategies {sorted(picks)}; pass --strategy")
     muon = ShardedMuon(
         [p for _, p in muon_named],
         strategy=choice.strategy,
@@ -176,9 +173,14 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
     )
     start, resumed_from = 0, None
     if store is not None:
-        latest = store.latest()
-        if latest is not None:
-            start = resumed_from = checkpoint.load(latest, model, adamw, muon)
+        # Rank 0 decides: on a shared filesystem with attribute caching, ranks listing the directory
+        # themselves could see different newest checkpoints and start at different steps.
+        latest = store.latest() if rank == 0 else None
+        step = comm.all_gather_object(latest.step if latest else None)[0]
+        if step is not None:
+            start = resumed_from = checkpoint.load(
+                checkpoint.CheckpointRef(step, store.path_for(step)), model, adamw, muon
+            )
     metrics = _MetricsLog(config.log_dir, rank, comm)
     metrics.write({"event": "start", "resumed_from": resumed_from, "choice": choice.as_dict()})
     if rank == 0:
@@ -246,6 +248,8 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
     )
     metrics.write({"event": "end", **result.as_dict()})
     metrics.close()
+    if hasattr(source, "close"):
+        source.close()
     if rank == 0 and config.log_dir is not None:
         atomic_write_text(config.log_dir / "result.json", json.dumps(result.as_dict(), indent=2) + "\n")
     return result
