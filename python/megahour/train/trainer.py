@@ -96,14 +96,17 @@ class TrainResult:
         return asdict(self)
 
 
-def _init_distributed(env: Mapping[str, str]) -> tuple[int, Topology]:
+def _init_distributed(env: Mapping[str, str]) -> tuple[int, Topology, bool]:
+    """(rank, topology, whether this call created the process group and so must destroy it)."""
     topology = Topology.from_env(env)
+    created = False
     if topology.world_size > 1 and not dist.is_initialized():
         # gloo: the trainer keeps its tensors on the CPU (docs/training.md#not-built), and NCCL takes
         # only CUDA tensors.
         dist.init_process_group("gloo")
+        created = True
     rank = dist.get_rank() if dist.is_initialized() else 0
-    return rank, topology
+    return rank, topology, created
 
 
 def _source(config: TrainConfig, rank: int, world: int):
@@ -139,7 +142,7 @@ class _MetricsLog:
 
 def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainResult:
     env = dict(os.environ if env is None else env)
-    rank, topology = _init_distributed(env)
+    rank, topology, created_group = _init_distributed(env)
     if config.deterministic:
         torch.use_deterministic_algorithms(True)
         torch.set_num_threads(config.threads)
@@ -252,4 +255,10 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
         source.close()
     if rank == 0 and config.log_dir is not None:
         atomic_write_text(config.log_dir / "result.json", json.dumps(result.as_dict(), indent=2) + "\n")
+    if created_group:
+        # Leave together and tear gloo down: a rank exiting while a peer's gloo threads still hold
+        # its connections makes the peer abort ("terminate called without an active exception"),
+        # and torchrun reports the finished job as failed.
+        comm.barrier()
+        dist.destroy_process_group()
     return result
