@@ -94,7 +94,7 @@ def _remove(path: Path) -> None:
 
 def _state(model: nn.Module, adamw: torch.optim.Optimizer, muon: ShardedMuon, step: int) -> dict[str, Any]:
     model_state, adamw_state = get_state_dict(model, optimizers=adamw)
-    params = muon._all_params()
+    params = muon.flat_params()
     momentum = {}
     for i in muon.owned():
         state = muon.state[params[i]]
@@ -138,7 +138,7 @@ def load(ref: CheckpointRef, model: nn.Module, adamw: torch.optim.Optimizer, muo
     state = _state(model, adamw, muon, 0)
     dcp.load(state, checkpoint_id=str(ref.path))
     set_state_dict(model, adamw, model_state_dict=state["model"], optim_state_dict=state["adamw"])
-    params = muon._all_params()
+    params = muon.flat_params()
     for key, buf in state["muon"].items():
         muon.state[params[int(key.split(".", 1)[1])]]["momentum_buffer"] = buf
     return int(state["progress"]["step"])

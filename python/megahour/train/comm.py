@@ -195,13 +195,4 @@ def _require_contiguous(tensor: torch.Tensor, op: str) -> None:
         )
 
 
-def local_world() -> tuple[int, int]:
-    """(rank, world size) of the default process group, or (0, 1) when none is initialised."""
-    import torch.distributed as dist
-
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
-
-
-__all__ = ["ByteLedger", "Comm", "LinkBytes", "NonContiguousTensorError", "local_world"]
+__all__ = ["ByteLedger", "Comm", "LinkBytes", "NonContiguousTensorError"]

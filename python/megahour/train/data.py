@@ -36,6 +36,8 @@ class SampleSource(Protocol):
 
     def sample(self, row: int, epoch: int) -> dict[str, np.ndarray]: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class BatchPlan:
@@ -83,6 +85,9 @@ class SyntheticSource:
                 epoch: np.random.default_rng(_mix(self.seed, self.rank, epoch)).permutation(self.rows)
             }
         return self._orders[epoch]
+
+    def close(self) -> None:
+        """Nothing to release: the clips are generated."""
 
     def sample(self, row: int, epoch: int) -> dict[str, np.ndarray]:
         c = self.config

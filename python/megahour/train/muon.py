@@ -172,13 +172,14 @@ class ShardedMuon(torch.optim.Optimizer):
         return [(MuonHyper(**{n: group[n] for n in names}), group["params"]) for group in self.param_groups]
 
     # Layout ----------------------------------------------------------------------------------------
-    def _all_params(self) -> list[torch.Tensor]:
+    def flat_params(self) -> list[torch.Tensor]:
+        """Every parameter in group order: the indices owners, momentum keys and checkpoints use."""
         return [p for group in self.param_groups for p in group["params"]]
 
     def layout(self) -> tuple[Any, list[int]]:
         """(process group, global owner rank of each matrix); ``None`` group means no collectives."""
         if self._layout is None:
-            params = self._all_params()
+            params = self.flat_params()
             shapes = [tuple(p.shape) for p in params]
             comm = self.comm
             if self.strategy is Strategy.REPLICATED or comm is None or comm.topology.world_size == 1:
@@ -211,7 +212,7 @@ class ShardedMuon(torch.optim.Optimizer):
                 loss = closure()
         group, owners = self.layout()
         rank = self.comm.rank if self.comm is not None else 0
-        params = self._all_params()
+        params = self.flat_params()
         hypers = [hp for hp, members in self._group_hypers() for _ in members]
         updates: dict[int, torch.Tensor] = {}
         # Owners first orthogonalize everything they own, then the broadcasts run in parameter order on

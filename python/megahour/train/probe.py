@@ -32,7 +32,7 @@ def _median(values: Sequence[float]) -> float:
     return ordered[len(ordered) // 2]
 
 
-def _burst_seconds(
+def burst_seconds(
     comm: Comm, group: Any, ranks: Sequence[int], nbytes: int, repeats: int, rounds: int = 3
 ) -> float:
     """Seconds a broadcast of ``nbytes`` takes over ``group``: per round, the slowest rank's mean over
@@ -106,13 +106,13 @@ def calibrate(
     node_group = comm.node_group()
     if len(node_ranks) > 1:
         node_alpha, node_beta = _fit(
-            sizes, [_burst_seconds(comm, node_group, node_ranks, s, repeats) for s in sizes]
+            sizes, [burst_seconds(comm, node_group, node_ranks, s, repeats) for s in sizes]
         )
     else:
         node_alpha, node_beta = 0.0, 1e18
     if topo.nodes > 1:
         world = list(range(topo.world_size))
-        world_alpha, world_beta = _fit(sizes, [_burst_seconds(comm, None, world, s, repeats) for s in sizes])
+        world_alpha, world_beta = _fit(sizes, [burst_seconds(comm, None, world, s, repeats) for s in sizes])
     else:
         world_alpha, world_beta = node_alpha, node_beta
     return LinkModel(node_alpha, node_beta, world_alpha, world_beta, flops, source="probe")

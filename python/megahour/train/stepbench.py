@@ -21,7 +21,7 @@ import torch
 from megahour.atomicio import atomic_write_text
 from megahour.train.comm import Comm, LinkBytes
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy
-from megahour.train.probe import _burst_seconds, choose_strategy
+from megahour.train.probe import burst_seconds, choose_strategy
 from megahour.train.topology import Topology
 
 
@@ -47,7 +47,7 @@ def optimizer_step_worker(
     # probe's fit at one matrix's size, so the benchmark sizes its inter-node cap from it.
     node_ranks = topology.node_ranks(topology.node_of(rank))
     bulk = (
-        (8 << 20) / _burst_seconds(comm, comm.node_group(), node_ranks, 8 << 20, repeats=4)
+        (8 << 20) / burst_seconds(comm, comm.node_group(), node_ranks, 8 << 20, repeats=4)
         if len(node_ranks) > 1
         else None
     )

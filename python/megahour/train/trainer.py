@@ -251,8 +251,7 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
     )
     metrics.write({"event": "end", **result.as_dict()})
     metrics.close()
-    if hasattr(source, "close"):
-        source.close()
+    source.close()
     if rank == 0 and config.log_dir is not None:
         atomic_write_text(config.log_dir / "result.json", json.dumps(result.as_dict(), indent=2) + "\n")
     if created_group:
