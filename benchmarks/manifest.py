@@ -42,7 +42,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from benchlib import git_commit, write_json
-from megahour.curation import build, fetch, load, manifest, slicing, sql, store, synthetic
+from megahour.curation import build, episodes_table, fetch, load, manifest, slicing, sql, synthetic
 from megahour.curation.warehouse import EmbeddedWarehouse, open_warehouse
 
 console = Console(stderr=True)
@@ -81,12 +81,12 @@ def keep_row(row: tuple) -> bool:
 
 
 def generate(warehouse, rows: int, label: str) -> float:
-    store.ensure_schema(warehouse)
+    episodes_table.ensure_schema(warehouse)
     ddl = warehouse.query_json("SHOW CREATE TABLE megahour.episodes")["data"][0][0]
     if "ORDER BY (embodiment, episode_id)" not in ddl:  # a table from an older megahour: rebuild it
         warehouse.execute("DROP TABLE megahour.episodes")
-        store.ensure_schema(warehouse)
-    have = store.count(warehouse)
+        episodes_table.ensure_schema(warehouse)
+    have = episodes_table.count(warehouse)
     began = time.perf_counter()
     if have != rows:
         warehouse.execute("TRUNCATE TABLE megahour.episodes")

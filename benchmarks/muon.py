@@ -8,7 +8,7 @@ bandwidth measured in the 1-node regime (8 MiB broadcasts, bandwidth-bound) divi
 18, InfiniBand at line rate against NVLink (about 900 GB/s against a 400 Gb/s NIC), and 180, the same
 fabric at a tenth of line rate (the anchors' eta = 0.1: a gradient all-reduce competing, congestion);
 one series each (``--ratios``). In every regime all ranks first run the trainer's probe and selector
-(``megahour.train.probe``), then time ``world``, ``per_node`` and ``replicated`` optimizer steps on the
+(``megahour.train.calibration``), then time ``world``, ``per_node`` and ``replicated`` optimizer steps on the
 same matrices (``megahour.train.stepbench``). On one node ``world`` and ``per_node`` are one schedule,
 timed once.
 

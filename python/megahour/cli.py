@@ -380,10 +380,10 @@ def _emit(args: argparse.Namespace, console: Console, result: dict, text: str) -
 
 
 def _cmd_warehouse_init(args: argparse.Namespace, console: Console) -> int:
-    from megahour.curation import store
+    from megahour.curation import episodes_table
 
     wh = _warehouse(args)
-    name = store.ensure_schema(wh, args.database, args.table)
+    name = episodes_table.ensure_schema(wh, args.database, args.table)
     version = ".".join(map(str, wh.version()))
     _emit(
         args,
@@ -395,17 +395,17 @@ def _cmd_warehouse_init(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_warehouse_count(args: argparse.Namespace, console: Console) -> int:
-    from megahour.curation import store
+    from megahour.curation import episodes_table
 
     wh = _warehouse(args)
-    store.check(wh, args.database, args.table)
-    n = store.count(wh, args.database, args.table)
+    episodes_table.check(wh, args.database, args.table)
+    n = episodes_table.count(wh, args.database, args.table)
     _emit(args, console, {"episodes": n, "warehouse": wh.url}, f"{n} episodes on {wh.url}")
     return 0
 
 
 def _cmd_warehouse_upsert(args: argparse.Namespace, console: Console) -> int:
-    from megahour.curation import schema, store
+    from megahour.curation import episodes_table, schema
 
     records = []
     with open(args.records) as handle:
@@ -420,10 +420,12 @@ def _cmd_warehouse_upsert(args: argparse.Namespace, console: Console) -> int:
                     ) from None
                 records.append(schema.record_from_dict(data, where))
     wh = _warehouse(args)
-    store.check(wh, args.database, args.table)
+    episodes_table.check(wh, args.database, args.table)
     bar, update = _progress(console, "upsert")
     with bar:
-        sent = store.upsert(wh, records, args.database, args.table, lambda n: update(n, len(records)))
+        sent = episodes_table.upsert(
+            wh, records, args.database, args.table, lambda n: update(n, len(records))
+        )
     _emit(args, console, {"upserted": sent, "warehouse": wh.url}, f"upserted {sent} episodes into {wh.url}")
     return 0
 
@@ -431,10 +433,10 @@ def _cmd_warehouse_upsert(args: argparse.Namespace, console: Console) -> int:
 def _cmd_warehouse_synth(args: argparse.Namespace, console: Console) -> int:
     import time
 
-    from megahour.curation import store, synthetic
+    from megahour.curation import episodes_table, synthetic
 
     wh = _warehouse(args)
-    store.ensure_schema(wh, args.database, args.table)
+    episodes_table.ensure_schema(wh, args.database, args.table)
     began = time.perf_counter()
     bar, update = _progress(console, "generate rows")
     with bar:
@@ -530,7 +532,7 @@ def _cmd_manifest_verify(args: argparse.Namespace, console: Console) -> int:
 
     info = fetch.mark_verified(args.path)
     _emit(
-        args, console, info.to_json(), f"{args.path}: {info.rows} rows, content {info.content_sha256[:16]} OK"
+        args, console, info.to_dict(), f"{args.path}: {info.rows} rows, content {info.content_sha256[:16]} OK"
     )
     return 0
 
@@ -543,7 +545,7 @@ def _cmd_manifest_inspect(args: argparse.Namespace, console: Console) -> int:
     _emit(
         args,
         console,
-        info.to_json(),
+        info.to_dict(),
         f"{args.path}: {info.rows} rows, {info.world_size} rank batches, columns {', '.join(info.columns)}\n"
         f"built {info.created_at} from {info.warehouse} (ClickHouse {info.warehouse_version})\n"
         f"content sha256 {info.content_sha256}\nquery:\n{info.query}",
@@ -685,11 +687,11 @@ def _cache_client(args: argparse.Namespace):
 
 
 def _cmd_cache_warm(args: argparse.Namespace, console: Console) -> int:
-    from megahour.delivery import manifests, warm
+    from megahour.delivery import manifest_refs, warm
     from megahour.episodes.layout import sample_spec
 
     client = _cache_client(args)
-    refs = manifests.all_refs(args.manifest, client.config)
+    refs = manifest_refs.all_refs(args.manifest, client.config)
     console.print(f"planning: {len(refs)} rows, {len({r.key for r in refs})} episodes", highlight=False)
     warm_plan = warm.plan(client, refs, sample_spec(args.spec))
     total = warm_plan.bytes(client.config.geometry)
@@ -705,8 +707,8 @@ def _cmd_cache_warm(args: argparse.Namespace, console: Console) -> int:
 
     with bar:
         result = warm.warm(client, warm_plan, progress=advance, parallel=args.parallel)
-    report = {"manifest": args.manifest, "spec": args.spec, "direct": args.direct, **result.to_json()}
-    report["client"] = client.stats.to_json()
+    report = {"manifest": args.manifest, "spec": args.spec, "direct": args.direct, **result.to_dict()}
+    report["client"] = client.stats.to_dict()
     _emit(
         args,
         console,
@@ -719,7 +721,7 @@ def _cmd_cache_warm(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
-    from megahour.delivery import loader, manifests, status
+    from megahour.delivery import loader, manifest_refs, status
     from megahour.episodes.layout import sample_spec
 
     client = _cache_client(args)
@@ -731,7 +733,7 @@ def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
             loader.CacheLoader(client, sample_spec(args.spec), seed=args.seed, workers=args.workers)
         )
         for epoch in range(args.epoch, args.epoch + args.epochs):
-            refs = manifests.epoch_refs(
+            refs = manifest_refs.epoch_refs(
                 args.manifest, client.config, args.rank, args.world_size, epoch, args.seed
             )
             delivered: list[dict] = []
@@ -745,12 +747,12 @@ def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
                     trace.write(json.dumps({"epoch": epoch, "seq": len(out), **row}) + "\n")
                 update(len(out), total)
 
-            before = client.stats.to_json()
+            before = client.stats.to_dict()
             snapshot = status.collect(client.config) if args.hit_ratio else None
             with bar:
                 samples = loader.prefetched(cache_loader.samples(refs, epoch), args.prefetch)
                 steps = loader.simulate_steps(samples, args.step_time, record)
-            after = client.stats.to_json()
+            after = client.stats.to_dict()
             by_worker = {
                 name: count - before["bytes_by_worker"].get(name, 0)
                 for name, count in after["bytes_by_worker"].items()
@@ -762,7 +764,7 @@ def _cmd_cache_read(args: argparse.Namespace, console: Console) -> int:
                     "epoch": epoch,
                     "rows": len(refs),
                     "delivered": delivered,
-                    **steps.to_json(),
+                    **steps.to_dict(),
                     "fallbacks": after["fallbacks"] - before["fallbacks"],
                     "under_store_bytes": under_store_bytes,
                     "bytes_by_worker": by_worker,
@@ -797,7 +799,7 @@ def _cmd_cache_status(args: argparse.Namespace, console: Console) -> int:
 
     report = status.collect(CacheConfig.load(args.config))
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(report.to_dict(), indent=2))
     else:
         table = Table(title=f"Alluxio {report.version} cache, master {report.master}")
         for column in ("worker", "address", "state", "used", "capacity", "pages", "hit bytes", "miss bytes"):

@@ -11,7 +11,7 @@ import itertools
 
 import pytest
 
-from megahour.curation import schema, store
+from megahour.curation import episodes_table, schema
 
 _databases = itertools.count()
 
@@ -19,7 +19,7 @@ _databases = itertools.count()
 @pytest.fixture
 def database(warehouse) -> str:
     name = f"t{next(_databases)}"
-    store.ensure_schema(warehouse, name)
+    episodes_table.ensure_schema(warehouse, name)
     yield name
     warehouse.execute(f"DROP DATABASE IF EXISTS {name}")
 

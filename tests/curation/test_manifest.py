@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from megahour import cli
-from megahour.curation import build, fetch, load, manifest, sql, store
+from megahour.curation import build, episodes_table, fetch, load, manifest, sql
 from megahour.curation.errors import EmptySelectionError, ManifestError
 from megahour.episodes.httpserve import RangeServer
 from tests.curation.conftest import make_records
@@ -21,7 +21,7 @@ N = 1000
 
 @pytest.fixture
 def filled(warehouse, database) -> str:
-    store.upsert(warehouse, make_records(N), database)
+    episodes_table.upsert(warehouse, make_records(N), database)
     return database
 
 

@@ -6,42 +6,42 @@ import dataclasses
 
 import pytest
 
-from megahour.curation import build, schema, sql, store
+from megahour.curation import build, episodes_table, schema, sql
 from megahour.curation.errors import EmptySelectionError, QueryError, SchemaDriftError, WarehouseError
 from tests.curation.conftest import make_records
 
 
 def test_schema_is_created_once_and_checked(warehouse, database) -> None:
-    store.ensure_schema(warehouse, database)  # again: no error, no change
-    cols = store.columns(warehouse, database, "episodes")
+    episodes_table.ensure_schema(warehouse, database)  # again: no error, no change
+    cols = episodes_table.columns(warehouse, database, "episodes")
     assert list(cols) == list(schema.COLUMN_NAMES)
     assert cols["task"] == "LowCardinality(String)"  # chDB is a current release
-    assert store.count(warehouse, database) == 0
+    assert episodes_table.count(warehouse, database) == 0
 
 
 def test_retried_upserts_never_duplicate_rows(warehouse, database) -> None:
     records = make_records(120)
-    assert store.upsert(warehouse, records, database) == 120
-    store.upsert(warehouse, records[:50], database)  # a retried batch
-    store.upsert(warehouse, records, database)  # a retried run
-    assert store.count(warehouse, database) == 120
+    assert episodes_table.upsert(warehouse, records, database) == 120
+    episodes_table.upsert(warehouse, records[:50], database)  # a retried batch
+    episodes_table.upsert(warehouse, records, database)  # a retried run
+    assert episodes_table.count(warehouse, database) == 120
 
 
 def test_a_newer_ingest_version_replaces_the_row(warehouse, database) -> None:
     old = make_records(3)
-    store.upsert(warehouse, old, database)
+    episodes_table.upsert(warehouse, old, database)
     newer = dataclasses.replace(old[1], storage_uri="s3://bucket/v2.mcap", ingest_version=2)
-    store.upsert(warehouse, [newer], database)
-    store.upsert(warehouse, [old[1]], database)  # a late retry of the old version loses
-    rows = store.fetch_records(warehouse, [r.episode_id for r in old], database)
+    episodes_table.upsert(warehouse, [newer], database)
+    episodes_table.upsert(warehouse, [old[1]], database)  # a late retry of the old version loses
+    rows = episodes_table.fetch_records(warehouse, [r.episode_id for r in old], database)
     assert [r["storage_uri"] for r in rows] == [old[0].storage_uri, "s3://bucket/v2.mcap", old[2].storage_uri]
-    assert store.count(warehouse, database) == 3
+    assert episodes_table.count(warehouse, database) == 3
 
 
 def test_strings_with_quotes_and_backslashes_survive(warehouse, database) -> None:
     odd = dataclasses.replace(make_records(1)[0], task="it's a \\ task\twith\nbreaks", tags=("a'b",))
-    store.upsert(warehouse, [odd], database)
-    (row,) = store.fetch_records(warehouse, [odd.episode_id], database)
+    episodes_table.upsert(warehouse, [odd], database)
+    (row,) = episodes_table.fetch_records(warehouse, [odd.episode_id], database)
     assert row["task"] == odd.task and row["tags"] == ["a'b"]
 
 
@@ -53,7 +53,7 @@ def test_failing_sql_quotes_the_query_and_the_message(warehouse, database) -> No
 
 def test_missing_table_says_how_to_create_it(warehouse) -> None:
     with pytest.raises(WarehouseError, match="megahour warehouse init"):
-        store.check(warehouse, "nowhere", "episodes")
+        episodes_table.check(warehouse, "nowhere", "episodes")
 
 
 def test_drifted_table_names_the_columns_before_any_build(warehouse, database, tmp_path) -> None:
@@ -66,7 +66,7 @@ def test_drifted_table_names_the_columns_before_any_build(warehouse, database, t
 
 
 def test_empty_selection_writes_nothing(warehouse, database, tmp_path) -> None:
-    store.upsert(warehouse, make_records(10), database)
+    episodes_table.upsert(warehouse, make_records(10), database)
     with pytest.raises(EmptySelectionError, match="matched no rows"):
         build.build_manifest(
             warehouse,
@@ -82,9 +82,9 @@ def test_the_ddl_for_old_servers_reads_the_same(warehouse, database) -> None:
     # The DDL an 18.16 server gets (plain String labels) also works here and reads back the same types.
     # The 18.16 server itself is exercised by the cluster and warehouse molecule scenarios.
     warehouse.execute(schema.create_table_sql(database, "old_episodes", (18, 16, 1)))
-    store.check(warehouse, database, "old_episodes")
-    store.upsert(warehouse, make_records(5), database, "old_episodes")
-    assert store.count(warehouse, database, "old_episodes") == 5
+    episodes_table.check(warehouse, database, "old_episodes")
+    episodes_table.upsert(warehouse, make_records(5), database, "old_episodes")
+    assert episodes_table.count(warehouse, database, "old_episodes") == 5
     table = warehouse.query_arrow(sql.selection_sql(sql.Selection(sample=0.9), database, "old_episodes"))
     assert table.schema.field("task").type == "string"
 
@@ -94,7 +94,7 @@ def test_synthetic_table_has_the_declared_cardinalities_and_repeats(warehouse, d
 
     warehouse.execute(synthetic.insert_sql(20_000, seed=1, database=database))
     warehouse.execute(synthetic.insert_sql(20_000, seed=1, database=database))  # same ids again
-    assert store.count(warehouse, database) == 20_000
+    assert episodes_table.count(warehouse, database) == 20_000
     (row,) = warehouse.query_json(
         "SELECT uniqExact(embodiment), uniqExact(site), uniqExact(task) <= 500, min(duration_s) >= 30, "
         f"max(duration_s) <= 600, uniqExact(episode_id) FROM {database}.episodes FINAL"

@@ -48,7 +48,7 @@ def test_the_real_outputs_give_usage_and_hit_ratio() -> None:
     assert (two.cache_bytes_read, two.ufs_bytes_read, two.pages) == (10633008, 3145728, 3)
     hits, misses = 13898629 + 10633008, 3936504 + 3145728
     assert report.hit_ratio == pytest.approx(hits / (hits + misses))
-    assert report.to_json()["active_workers"] == 2
+    assert report.to_dict()["active_workers"] == 2
 
 
 def test_a_lost_worker_and_unreadable_metrics_are_reported_not_guessed() -> None:

@@ -336,7 +336,7 @@ def test_metadata_records_config_and_pybullet(
 ) -> None:
     config, recording, _ = episode
     assert recording.episode_id == "sim-000000"
-    assert SimConfig.from_json(recording.metadata["sim_config"]) == config
+    assert SimConfig.from_dict(json.loads(recording.metadata["sim_config"])) == config
     assert json.loads(recording.metadata["sim_config"])["seed"] == 0
     assert recording.metadata["pybullet_version"] == "3.2.7"
     named = sim.simulate(dataclasses.replace(config, duration_s=0.1, episode_id="robot7-take3"))

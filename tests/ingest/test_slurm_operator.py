@@ -313,7 +313,7 @@ def test_job_status_judgement_and_payload() -> None:
     assert so.JobStatus("1", so.UNKNOWN_STATE).finished
     assert not so.JobStatus("1", "PENDING").finished
     status = so.JobStatus("7", "FAILED", 1, 0, "/o.log", "x")
-    assert so.JobStatus.from_payload(json.loads(json.dumps(status.to_payload()))) == status
+    assert so.JobStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
     assert "FAILED" in status.describe() and "1:0" in status.describe()
 
 
@@ -552,7 +552,7 @@ def test_complete_succeeds_on_completed_exit_0(tmp_path) -> None:
     op = make_op(tmp_path, "validate")
     log = tmp_path / "v.log"
     log.write_text("validated 12 episodes\n")
-    event = so.JobStatus("5", "COMPLETED", 0, 0, str(log)).to_payload()
+    event = so.JobStatus("5", "COMPLETED", 0, 0, str(log)).to_dict()
     assert op.complete(context(op), event=event) is None
 
 
@@ -561,7 +561,7 @@ def test_plan_returns_the_batch_indexes_to_map_over(tmp_path) -> None:
     run_dir = tmp_path / "runs" / SAFE_RUN_ID
     run_dir.mkdir(parents=True)
     (run_dir / "plan.json").write_text(json.dumps({"batches": [[], [], []]}))
-    event = so.JobStatus("5", "COMPLETED", 0, 0).to_payload()
+    event = so.JobStatus("5", "COMPLETED", 0, 0).to_dict()
     assert op.complete(context(op), event=event) == [0, 1, 2]
 
 
@@ -577,7 +577,7 @@ def test_plan_returns_the_batch_indexes_to_map_over(tmp_path) -> None:
 )
 def test_complete_raises_otherwise(tmp_path, state, exit_code, signal) -> None:
     op = make_op(tmp_path, "transcode")
-    event = so.JobStatus("5", state, exit_code, signal, str(tmp_path / "missing.log")).to_payload()
+    event = so.JobStatus("5", state, exit_code, signal, str(tmp_path / "missing.log")).to_dict()
     with pytest.raises(AirflowException, match=state) as raised:
         op.complete(context(op), event=event)
     assert not isinstance(raised.value, AirflowFailException)  # retryable
@@ -586,9 +586,9 @@ def test_complete_raises_otherwise(tmp_path, state, exit_code, signal) -> None:
 def test_final_exit_codes_fail_without_retry(tmp_path) -> None:
     op = make_op(tmp_path, "summary", final_exit_codes=(3,))
     with pytest.raises(AirflowFailException):
-        op.complete(context(op), event=so.JobStatus("5", "FAILED", 3, 0).to_payload())
+        op.complete(context(op), event=so.JobStatus("5", "FAILED", 3, 0).to_dict())
     with pytest.raises(AirflowException) as raised:
-        op.complete(context(op), event=so.JobStatus("5", "FAILED", 1, 0).to_payload())
+        op.complete(context(op), event=so.JobStatus("5", "FAILED", 1, 0).to_dict())
     assert not isinstance(raised.value, AirflowFailException)
 
 
@@ -601,7 +601,7 @@ def test_complete_logs_the_jobs_output_tail(tmp_path, monkeypatch) -> None:
         type(op), "log", property(lambda self: SimpleNamespace(info=lambda msg, *a: seen.append(msg % a)))
     )
     with pytest.raises(AirflowException):
-        op.complete(context(op), event=so.JobStatus("5", "FAILED", 1, 0, str(log)).to_payload())
+        op.complete(context(op), event=so.JobStatus("5", "FAILED", 1, 0, str(log)).to_dict())
     assert any("three\nTraceback: boom" in line for line in seen)
     assert not any("two" in line for line in seen)
 

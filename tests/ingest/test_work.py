@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 from megahour.cli import main
-from megahour.curation import store
-from megahour.ingest import monolithic, quarantine, storage, work
+from megahour.curation import episodes_table
+from megahour.ingest import monolithic, object_store, quarantine, work
 from megahour.ingest.config import IngestConfig
 from megahour.ingest.landing import write_landing
 from megahour.ingest.runfiles import RunDir
@@ -71,7 +71,7 @@ def test_good_episodes_land_once_and_the_corrupt_one_is_quarantined(fresh, wareh
     assert RunDir(tmp_path / "runs" / "r1").plan()["workers"] == 2
     stored = sorted(p.name for p in (tmp_path / "storage" / "episodes").iterdir())
     assert stored == sorted(f"{e.episode_id}.mcap" for e in episodes if not e.corrupt)
-    assert store.count(warehouse) == GOOD
+    assert episodes_table.count(warehouse) == GOOD
     bad = next(e for e in episodes if e.corrupt)
     reasons = quarantine.reasons(warehouse)
     assert list(reasons) == [bad.episode_id] and "truncated" in reasons[bad.episode_id]
@@ -86,7 +86,7 @@ def test_good_episodes_land_once_and_the_corrupt_one_is_quarantined(fresh, wareh
     summary2, _ = _run_dag_like(config, warehouse, tmp_path / "runs" / "r2")
     assert summary2["succeeded"] and summary2["registered"] == GOOD
     assert sorted(p.name for p in (tmp_path / "storage" / "episodes").iterdir()) == stored
-    assert store.count(warehouse) == GOOD
+    assert episodes_table.count(warehouse) == GOOD
     assert list((tmp_path / "storage" / ".incoming").iterdir()) == []
 
 
@@ -107,7 +107,7 @@ def test_a_killed_transcode_and_upload_leave_nothing_partial_on_retry(fresh, war
     assert not list(run.staging.glob("*.partial"))
     again = work.execute("transcode", run_dir, 0, config=config, warehouse=warehouse)  # the retry
     assert [e["episode_id"] for e in again["done"]] == [e["episode_id"] for e in first["done"]]
-    digest = storage.sha256_of(run.staging / f"{victim}.mcap")
+    digest = object_store.sha256_of(run.staging / f"{victim}.mcap")
     (incoming / f"episodes__{victim}.mcap.{digest[:16]}").write_bytes(b"half an upload")
     work.execute("upload", run_dir, 0, config=config, warehouse=warehouse)
     work.execute("upload", run_dir, 0, config=config, warehouse=warehouse)
@@ -124,7 +124,7 @@ def test_a_failing_noncritical_step_is_reported_and_the_run_stays_green(fresh, w
     summary, failed = _run_dag_like(config, warehouse, tmp_path / "runs" / "d", {"fail_steps": ["qc"]})
     assert sorted(failed) == [("qc", 0), ("qc", 1)]
     assert summary["succeeded"] and summary["noncritical_failures"] == ["qc[0]", "qc[1]"]
-    assert store.count(warehouse) == GOOD
+    assert episodes_table.count(warehouse) == GOOD
 
 
 def test_a_failing_critical_step_fails_the_run(fresh, warehouse, tmp_path) -> None:
@@ -145,7 +145,7 @@ def test_steps_switched_off_are_skipped_and_validate_off_still_quarantines(
     assert failed == [] and summary["succeeded"]
     assert summary["steps_off"] == ["previews", "validate"]
     assert not (tmp_path / "storage" / "previews").exists()
-    assert store.count(warehouse) == GOOD
+    assert episodes_table.count(warehouse) == GOOD
     assert list(quarantine.reasons(warehouse)) == [next(e for e in episodes if e.corrupt).episode_id]
 
 

@@ -87,7 +87,7 @@ def test_bandwidth_bound_fabric_keeps_world_for_8b() -> None:
 
 def test_choice_is_logged_as_json_ready_dict() -> None:
     choice = select_strategy(Topology(2, 4), SMALL, DEFAULT_LINKS)
-    data = choice.as_dict()
+    data = choice.to_dict()
     assert data["strategy"] == choice.strategy.value
     assert set(data["predictions"]) == {"world", "per_node", "replicated"}
     assert data["predictions"]["per_node"]["bytes"]["inter"] == 0

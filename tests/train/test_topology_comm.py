@@ -51,7 +51,7 @@ def test_ledger_books_a_hierarchical_allreduce() -> None:
     ledger = ByteLedger(topo)
     ledger.all_reduce(1000, group=range(8), tag="grad")
     assert ledger["grad"] == grad_allreduce_bytes(topo, 1000)
-    assert ledger["grad"].as_dict() == {"intra": 12000, "inter": 2000, "ingress": 2000, "collectives": 1}
+    assert ledger["grad"].to_dict() == {"intra": 12000, "inter": 2000, "ingress": 2000, "collectives": 1}
 
 
 def _simulate(strategy: Strategy, topo: Topology, shapes: list[tuple[int, int]]) -> ByteLedger:

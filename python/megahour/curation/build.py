@@ -6,7 +6,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from megahour.curation import manifest, schema, sql, store
+from megahour.curation import episodes_table, manifest, schema, sql
 from megahour.curation.warehouse import Warehouse, strip_statement
 
 
@@ -41,7 +41,8 @@ def build_manifest(
     schema.check_identifier(database, "database")
     schema.check_identifier(table, "table")
     if query is None:
-        store.check(warehouse, database, table)  # schema drift names the columns before the query runs
+        # Schema drift names the columns before the query runs.
+        episodes_table.check(warehouse, database, table)
         query = sql.selection_sql(selection, database, table)
     else:
         query = strip_statement(query)

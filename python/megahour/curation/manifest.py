@@ -51,7 +51,7 @@ class ManifestInfo:
     snapshot: dict
     created_at: str
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return asdict(self)
 
 
@@ -145,7 +145,7 @@ def write_manifest(
         snapshot=snapshot or {},
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
-    schema = table.schema.with_metadata({METADATA_KEY: json.dumps(info.to_json()).encode()})
+    schema = table.schema.with_metadata({METADATA_KEY: json.dumps(info.to_dict()).encode()})
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     os.fchmod(fd, 0o644)  # readable by the job user and by whatever serves it (mkstemp makes 0600)

@@ -155,7 +155,7 @@ class ClientStats:
     under_store_bytes: int = 0
     fallbacks: int = 0  # pieces whose owner failed and which the under-store served
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "reads": self.reads,
             "pieces": self.pieces,

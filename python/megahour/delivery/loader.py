@@ -250,7 +250,7 @@ class StepReport:
     def data_wait_fraction(self) -> float:
         return self.wait_s / self.total_s if self.total_s > 0 else 0.0
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "steps": self.steps,
             "step_time_s": self.step_time_s,

@@ -55,7 +55,7 @@ class CacheStatus:
         total = self.cache_bytes_read + self.ufs_bytes_read
         return self.cache_bytes_read / total if total else None
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "master": self.master,
             "version": self.version,

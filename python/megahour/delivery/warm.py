@@ -89,7 +89,7 @@ class WarmResult:
     seconds: float
     fallbacks: int
 
-    def to_json(self) -> dict:
+    def to_dict(self) -> dict:
         return {
             "objects": self.objects,
             "page_ranges": self.page_ranges,

@@ -155,15 +155,13 @@ class SimConfig:
         lcm = math.lcm(*(int(getattr(self, name)) for name in _RATE_FIELDS))
         return lcm * max(1, math.ceil(MIN_PHYSICS_HZ / lcm))
 
-    def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, text: str) -> SimConfig:
-        """The inverse of :meth:`to_json` (what ``Recording.metadata["sim_config"]`` holds)."""
-        raw = json.loads(text)
-        raw["cameras"] = tuple(CameraSpec(**camera) for camera in raw["cameras"])
-        return cls(**raw)
+    def from_dict(cls, raw: dict) -> SimConfig:
+        """The inverse of :meth:`to_dict` (``Recording.metadata["sim_config"]`` holds it as JSON)."""
+        return cls(**{**raw, "cameras": tuple(CameraSpec(**camera) for camera in raw["cameras"])})
 
 
 def _validate(cfg: SimConfig) -> None:
@@ -911,7 +909,7 @@ def _simulate(
             p.stepSimulation(physicsClientId=client)
 
     metadata_ = {
-        "sim_config": config.to_json(),
+        "sim_config": json.dumps(config.to_dict(), sort_keys=True),
         "pybullet_version": _pybullet_version(),
         "physics_hz": str(physics_hz),
         "generator": "megahour.episodes.sim",

@@ -264,11 +264,11 @@ class JobStatus:
         extra = f" ({self.detail})" if self.detail else ""
         return f"Slurm job {self.job_id} ended {self.state}, exit code {code}{extra}"
 
-    def to_payload(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
-    def from_payload(cls, payload: Mapping[str, Any]) -> JobStatus:
+    def from_dict(cls, payload: Mapping[str, Any]) -> JobStatus:
         return cls(
             job_id=str(payload["job_id"]),
             state=str(payload.get("state") or UNKNOWN_STATE),
@@ -387,7 +387,7 @@ class SlurmJobTrigger(BaseTrigger):
     trigger rebuilt after a triggerer restart never submits twice.
 
     A job that succeeded ends the task from here (``TaskSuccessEvent``, with the job's output tail in this
-    trigger's log, which is part of the task's log). Otherwise it fires ``JobStatus.to_payload()`` and the
+    trigger's log, which is part of the task's log). Otherwise it fires ``JobStatus.to_dict()`` and the
     task resumes to raise: a failed job, an sbatch that failed (state ``SUBMIT_FAILED``), or, after
     ``max_misses`` consecutive polls that could not tell the job's state, state ``UNKNOWN`` with the last
     problem (fail closed; retries decide). ``log`` is echoed back as ``stdout`` when Slurm does not report
@@ -440,7 +440,7 @@ class SlurmJobTrigger(BaseTrigger):
             job_id, problem = await self._submit()
             if job_id is None:
                 yield TriggerEvent(
-                    JobStatus("", SUBMIT_FAILED_STATE, stdout=self.log_file, detail=problem).to_payload()
+                    JobStatus("", SUBMIT_FAILED_STATE, stdout=self.log_file, detail=problem).to_dict()
                 )
                 return
             self.job_id = job_id
@@ -457,7 +457,7 @@ class SlurmJobTrigger(BaseTrigger):
                 misses = 0
             if status is not None and status.finished:
                 if not status.stdout and self.log_file:
-                    status = JobStatus(**{**status.to_payload(), "stdout": self.log_file})
+                    status = JobStatus(**{**status.to_dict(), "stdout": self.log_file})
                 if status.succeeded:
                     lines = tail(status.stdout, self.log_tail_lines)
                     if lines:
@@ -465,7 +465,7 @@ class SlurmJobTrigger(BaseTrigger):
                     self.log.info("%s", status.describe())
                     yield TaskSuccessEvent()
                     return
-                yield TriggerEvent(status.to_payload())
+                yield TriggerEvent(status.to_dict())
                 return
             await asyncio.sleep(poll_delay(polls - 1, self.poll_interval))
 
@@ -634,7 +634,7 @@ class SlurmStepOperator(BaseOperator):
             return self._result(context)
         if not isinstance(event, Mapping) or not event:
             raise AirflowException(f"resumed without a Slurm job event ({event!r})")
-        status = JobStatus.from_payload(event)
+        status = JobStatus.from_dict(event)
         self._job_id = status.job_id or None
         lines = tail(status.stdout, self.log_tail_lines)
         if lines:

@@ -25,14 +25,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megahour.atomicio import atomic_write_text
-from megahour.curation import schema, store
+from megahour.curation import episodes_table, schema
 from megahour.curation.warehouse import Warehouse, open_warehouse
 from megahour.episodes import mcapio
 from megahour.episodes.errors import EpisodeError
 from megahour.episodes.layout import read_pattern
 from megahour.episodes.source import LocalSource
 from megahour.episodes.transcode import TranscodeOptions, transcode
-from megahour.ingest import binpack, quarantine, storage
+from megahour.ingest import binpack, object_store, quarantine
 from megahour.ingest.config import IngestConfig
 from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
 from megahour.ingest.runfiles import RunDir, RunDirError, write_json
@@ -264,7 +264,7 @@ def check_raw(path: str) -> dict:
 
 
 def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str) -> dict:
-    kept = storage.put(Path(path), ctx.storage, f"{QUARANTINE_KEY}/{Path(path).name}")
+    kept = object_store.put(Path(path), ctx.storage, f"{QUARANTINE_KEY}/{Path(path).name}")
     quarantine.record(
         ctx.warehouse(),
         [
@@ -360,7 +360,7 @@ def _transcoded(ctx: StepContext, batch: int, step: str) -> list[dict]:
 def upload(ctx: StepContext, batch: int) -> dict:
     uploaded = []
     for episode in _transcoded(ctx, batch, "upload"):
-        put = storage.put(
+        put = object_store.put(
             Path(episode["staged"]), ctx.storage, f"{EPISODES_KEY}/{episode['episode_id']}.mcap"
         )
         uploaded.append(
@@ -402,10 +402,10 @@ def register(ctx: StepContext, batch: int) -> dict:
         raise StepFailed(f"register batch {batch} needs the upload result; upload is off or has not finished")
     records = [episode_record(e, ctx.config.pattern) for e in result["uploaded"]]
     wh = ctx.warehouse()
-    store.ensure_schema(wh)
-    current = {r["episode_id"]: r for r in store.fetch_records(wh, [r.episode_id for r in records])}
+    episodes_table.ensure_schema(wh)
+    current = {r["episode_id"]: r for r in episodes_table.fetch_records(wh, [r.episode_id for r in records])}
     fresh = [r for r in records if not _same_row(current.get(r.episode_id), r)]
-    store.upsert(wh, fresh)
+    episodes_table.upsert(wh, fresh)
     ctx.log(f"register batch {batch}: {len(fresh)} upserted, {len(records) - len(fresh)} already registered")
     return {
         "registered": len(fresh),

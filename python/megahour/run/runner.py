@@ -20,7 +20,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
-from megahour.run.checkpoints import latest_checkpoint
 from megahour.run.logtail import LogTail
 from megahour.run.policy import (
     BudgetState,
@@ -30,6 +29,7 @@ from megahour.run.policy import (
     classify,
     slurm_restart_count,
 )
+from megahour.run.progress import latest_checkpoint
 from megahour.run.traces import AttemptRecord, job_id, write_attempt
 
 TAIL_LINES = 200

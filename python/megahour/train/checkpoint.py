@@ -31,7 +31,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from megahour.atomicio import atomic_write_text
-from megahour.run.checkpoints import COMPLETE_MARKER
+from megahour.run.progress import COMPLETE_MARKER
 from megahour.train.comm import Comm
 from megahour.train.muon import ShardedMuon
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from megahour.run.checkpoints import CHECKPOINT_DIR_ENV
+from megahour.run.progress import CHECKPOINT_DIR_ENV
 
 # Shapes the selector can be asked about without building a model: the anchors' 8B example.
 _LLAMA8B = [
@@ -79,7 +79,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     result = train(config)
     if os.environ.get("RANK", "0") == "0":
         if args.json:
-            print(json.dumps(result.as_dict(), indent=2))
+            print(json.dumps(result.to_dict(), indent=2))
         else:
             console.print(
                 f"trained {result.steps} steps (resumed from {result.resumed_from}), strategy "
@@ -105,7 +105,7 @@ def _cmd_select(args: argparse.Namespace, console: Console) -> int:
         links = LinkModel(**{**json.loads(Path(args.links).read_text()), "source": args.links})
     choice = select_strategy(Topology(args.nodes, args.gpus_per_node), shapes, links)
     if args.json:
-        print(json.dumps(choice.as_dict(), indent=2))
+        print(json.dumps(choice.to_dict(), indent=2))
     else:
         console.print(f"{choice.strategy.value}: {choice.reason}", highlight=False)
     return 0

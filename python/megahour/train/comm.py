@@ -42,7 +42,7 @@ class LinkBytes:
     ingress: int = 0
     collectives: int = 0
 
-    def as_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
 
@@ -59,8 +59,8 @@ class ByteLedger:
     def tags(self) -> list[str]:
         return sorted(self._by_tag)
 
-    def as_dict(self) -> dict[str, dict[str, int]]:
-        return {tag: self._by_tag[tag].as_dict() for tag in self.tags()}
+    def to_dict(self) -> dict[str, dict[str, int]]:
+        return {tag: self._by_tag[tag].to_dict() for tag in self.tags()}
 
     def reset(self) -> None:
         self._by_tag.clear()
@@ -169,7 +169,7 @@ class Comm:
     def job_totals(self) -> dict[str, LinkBytes]:
         """Every rank's ledger summed (a collective call: every rank must make it)."""
         totals: dict[str, LinkBytes] = {}
-        for ledger in self.all_gather_object(self.ledger.as_dict()):
+        for ledger in self.all_gather_object(self.ledger.to_dict()):
             for tag, counts in ledger.items():
                 entry = totals.setdefault(tag, LinkBytes())
                 for key, value in counts.items():

@@ -97,7 +97,7 @@ class LinkModel:
             if getattr(self, name) < 0:
                 raise ValueError(f"link model {name} must not be negative, got {getattr(self, name)}")
 
-    def as_dict(self) -> dict[str, float | str]:
+    def to_dict(self) -> dict[str, float | str]:
         return asdict(self)
 
 
@@ -132,19 +132,19 @@ class Choice:
     links: LinkModel = DEFAULT_LINKS
     reason: str = ""
 
-    def as_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "strategy": self.strategy.value,
             "nodes": self.topology.nodes,
             "gpus_per_node": self.topology.gpus_per_node,
             "reason": self.reason,
-            "links": self.links.as_dict(),
+            "links": self.links.to_dict(),
             "predictions": {
                 p.strategy.value: {
                     "seconds": p.seconds,
                     "comm_seconds": p.comm_seconds,
                     "compute_seconds": p.compute_seconds,
-                    "bytes": p.bytes.as_dict(),
+                    "bytes": p.bytes.to_dict(),
                 }
                 for p in self.predictions
             },

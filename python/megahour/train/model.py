@@ -49,7 +49,7 @@ class ModelConfig:
     def tokens(self) -> int:
         return self.context_frames + 2
 
-    def as_dict(self) -> dict[str, int]:
+    def to_dict(self) -> dict[str, int]:
         return asdict(self)
 
 

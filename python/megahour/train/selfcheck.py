@@ -73,9 +73,9 @@ def equivalence_worker(
             ),
             "owned": owned,
             "digest": parameter_digest(ours),
-            "muon_bytes": totals.get("muon", LinkBytes()).as_dict(),
+            "muon_bytes": totals.get("muon", LinkBytes()).to_dict(),
             "expected_muon_bytes": {
-                k: v * steps for k, v in muon_bytes(strategy, topology, shapes).as_dict().items()
+                k: v * steps for k, v in muon_bytes(strategy, topology, shapes).to_dict().items()
             },
         }
     return report
@@ -83,11 +83,11 @@ def equivalence_worker(
 
 def probe_worker(rank: int, topology: Topology, override: str | None = None) -> dict[str, Any]:
     """Calibrate the links of this local world and choose a strategy for :data:`SHAPES`."""
-    from megahour.train.probe import choose_strategy
+    from megahour.train.calibration import choose_strategy
 
     comm = Comm(topology, rank)
     choice = choose_strategy(comm, SHAPES, override=override)
-    return {"choice": choice.as_dict(), "probe_bytes": comm.ledger["probe"].as_dict()}
+    return {"choice": choice.to_dict(), "probe_bytes": comm.ledger["probe"].to_dict()}
 
 
 def train_worker(
@@ -99,4 +99,4 @@ def train_worker(
     from megahour.train.trainer import train
 
     os.environ.update(env or {})
-    return train(config).as_dict()
+    return train(config).to_dict()

@@ -19,9 +19,9 @@ from typing import Any
 import torch
 
 from megahour.atomicio import atomic_write_text
+from megahour.train.calibration import burst_seconds, choose_strategy
 from megahour.train.comm import Comm, LinkBytes
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy
-from megahour.train.probe import burst_seconds, choose_strategy
 from megahour.train.topology import Topology
 
 
@@ -53,7 +53,7 @@ def optimizer_step_worker(
     )
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(s, generator=gen) for s in shapes]
-    out: dict[str, Any] = {"choice": choice.as_dict(), "node_bulk_bytes_per_s": bulk, "strategies": {}}
+    out: dict[str, Any] = {"choice": choice.to_dict(), "node_bulk_bytes_per_s": bulk, "strategies": {}}
     for name in strategies:
         params = [torch.zeros(s) for s in shapes]
         optimizer = ShardedMuon(params, strategy=Strategy(name), comm=comm, hyper=MuonHyper(lr=0.02))
@@ -75,7 +75,7 @@ def optimizer_step_worker(
             "steps": len(times),
             "muon_bytes_per_step": {
                 k: v // (warmup + steps)
-                for k, v in comm.job_totals().get("muon", LinkBytes()).as_dict().items()
+                for k, v in comm.job_totals().get("muon", LinkBytes()).to_dict().items()
             },
         }
     return out

@@ -36,11 +36,11 @@ import torch.distributed as dist
 from megahour.atomicio import atomic_write_text
 from megahour.run.policy import attempt_dir_name, next_attempt_index
 from megahour.train import checkpoint
+from megahour.train.calibration import choose_strategy
 from megahour.train.comm import Comm
 from megahour.train.data import SyntheticSource, collate, plan_batch
 from megahour.train.model import HEADS, ModelConfig, WorldActionModel
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy, parameter_digest, route_parameters
-from megahour.train.probe import choose_strategy
 from megahour.train.topology import Topology
 
 log = logging.getLogger(__name__)
@@ -92,7 +92,7 @@ class TrainResult:
     step_seconds_mean: float | None
     optimizer_seconds_mean: float | None
 
-    def as_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
@@ -185,7 +185,7 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
                 checkpoint.CheckpointRef(step, store.path_for(step)), model, adamw, muon
             )
     metrics = _MetricsLog(config.log_dir, rank, comm)
-    metrics.write({"event": "start", "resumed_from": resumed_from, "choice": choice.as_dict()})
+    metrics.write({"event": "start", "resumed_from": resumed_from, "choice": choice.to_dict()})
     if rank == 0:
         log.info("training steps %d..%d, muon strategy %s", start, config.steps, choice.strategy.value)
 
@@ -244,16 +244,16 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
         final_loss=loss_value,
         digest=parameter_digest(params),
         strategy=choice.strategy.value,
-        choice=choice.as_dict(),
-        bytes={k: v.as_dict() for k, v in comm.job_totals().items()},
+        choice=choice.to_dict(),
+        bytes={k: v.to_dict() for k, v in comm.job_totals().items()},
         step_seconds_mean=sum(step_times) / len(step_times) if step_times else None,
         optimizer_seconds_mean=sum(optimizer_times) / len(optimizer_times) if optimizer_times else None,
     )
-    metrics.write({"event": "end", **result.as_dict()})
+    metrics.write({"event": "end", **result.to_dict()})
     metrics.close()
     source.close()
     if rank == 0 and config.log_dir is not None:
-        atomic_write_text(config.log_dir / "result.json", json.dumps(result.as_dict(), indent=2) + "\n")
+        atomic_write_text(config.log_dir / "result.json", json.dumps(result.to_dict(), indent=2) + "\n")
     if created_group:
         # Leave together and tear gloo down: a rank exiting while a peer's gloo threads still hold
         # its connections makes the peer abort ("terminate called without an active exception"),

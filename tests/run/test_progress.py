@@ -3,7 +3,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from megahour.run.checkpoints import (
+from megahour.run.progress import (
     COMPLETE_MARKER,
     CheckpointEntry,
     latest_checkpoint,
