@@ -3,8 +3,9 @@ from __future__ import annotations
 import re
 from datetime import datetime
 
+from megahour.metrics.textfile import escape
 from megahour.slurm.parse import NodeState, parse_sinfo_nodes
-from megahour.sweep.metrics import escape_label_value, render_metrics
+from megahour.sweep.metrics import render_metrics
 from megahour.sweep.rules import plan_sweep
 from tests.slurm.fixtures import SINFO
 
@@ -42,9 +43,9 @@ def test_fixture_metrics():
     plan = plan_sweep(nodes, {n.name: "PASS" for n in nodes}, NOW)
     families = parse_exposition(render_metrics(plan, nodes, NOW))
     drained = dict(families["megahour_node_drained"])
-    assert drained['{node="gpu-1",reason_code="ecc_volatile_uncorrected",ours="true"}'] == 1
-    assert drained['{node="gpu-3",reason_code="foreign",ours="false"}'] == 1
-    assert drained['{node="ctl",reason_code="",ours="false"}'] == 0
+    assert drained['{node="gpu-1",ours="true",reason_code="ecc_volatile_uncorrected"}'] == 1
+    assert drained['{node="gpu-3",ours="false",reason_code="foreign"}'] == 1
+    assert drained['{node="ctl",ours="false",reason_code=""}'] == 0
     assert len(drained) == 10
     seconds = dict(families["megahour_node_drained_seconds"])
     assert seconds['{node="gpu-1"}'] == 47 * 60 + 31
@@ -66,12 +67,12 @@ def test_failed_query_writes_only_run_level_gauges():
 
 
 def test_label_values_are_escaped():
-    assert escape_label_value('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
+    assert escape('a\\b"c\nd') == 'a\\\\b\\"c\\nd'
     node = NodeState('gpu"1\\x\ny', "drain", 'megahour:weird"code\\', NOW, "root")
     text = render_metrics(None, [node], NOW)
     families = parse_exposition(text)
     (labels, value) = families["megahour_node_drained"][0]
-    assert labels == '{node="gpu\\"1\\\\x\\ny",reason_code="weird\\"code\\\\",ours="true"}'
+    assert labels == '{node="gpu\\"1\\\\x\\ny",ours="true",reason_code="weird\\"code\\\\"}'
     assert value == 1
     assert len(text.splitlines()) == len(text.split("\n")) - 1  # no raw newline leaked into a sample
 

@@ -1,4 +1,4 @@
-"""Prometheus textfile-collector text for one sweep run (pure).
+"""Prometheus textfile-collector text for one sweep run (pure; rendered by ``metrics.textfile``).
 
 node_exporter's textfile collector reads ``*.prom`` files; the sweeper writes
 this text atomically. Alert rules belong in Prometheus, keyed on:
@@ -13,35 +13,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
+from megahour.metrics.textfile import Family, render
 from megahour.slurm.parse import NodeState
 from megahour.sweep.rules import SweepPlan, SweepPolicy, local_naive, reason_code
 
 FOREIGN_CODE = "foreign"  # free-text reasons would explode label cardinality
-
-
-def escape_label_value(value: str) -> str:
-    """Exposition format: backslash, double quote and line feed are escaped."""
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def _labels(**labels: str) -> str:
-    inner = ",".join(f'{key}="{escape_label_value(value)}"' for key, value in labels.items())
-    return "{" + inner + "}"
-
-
-def _number(value: float) -> str:
-    return str(int(value)) if float(value).is_integer() else repr(float(value))
-
-
-class _Writer:
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-
-    def family(self, name: str, help_text: str, samples: Sequence[tuple[str, float]]) -> None:
-        # HELP and TYPE even without samples: dashboards then see the family exists.
-        self.lines.append(f"# HELP {name} {help_text}")
-        self.lines.append(f"# TYPE {name} gauge")
-        self.lines.extend(f"{name}{labels} {_number(value)}" for labels, value in samples)
 
 
 def render_metrics(
@@ -63,10 +39,14 @@ def render_metrics(
     """
     policy = policy or SweepPolicy()
     now_naive = local_naive(now)
-    out = _Writer()
-
-    drained: list[tuple[str, float]] = []
-    drained_seconds: list[tuple[str, float]] = []
+    # Every family is written, with HELP and TYPE, even without samples: dashboards then see it exists.
+    drained = Family(
+        "megahour_node_drained",
+        "Node is drained or draining in Slurm (1) or not (0); ours=true when megahour set the reason.",
+    )
+    drained_seconds = Family(
+        "megahour_node_drained_seconds", "Seconds since the node's drain reason was set."
+    )
     seen: set[str] = set()
     for node in nodes:
         if node.name in seen:
@@ -75,49 +55,45 @@ def render_metrics(
         code = reason_code(node.reason, policy) if node.is_drained else None
         ours = code is not None
         label_code = (code or "none") if ours else (FOREIGN_CODE if node.is_drained else "")
-        labels = _labels(node=node.name, reason_code=label_code, ours="true" if ours else "false")
-        drained.append((labels, 1 if node.is_drained else 0))
+        drained.add(
+            1 if node.is_drained else 0,
+            node=node.name,
+            reason_code=label_code,
+            ours="true" if ours else "false",
+        )
         if node.is_drained and node.reason_time is not None:
             age = max((now_naive - local_naive(node.reason_time)).total_seconds(), 0.0)
-            drained_seconds.append((_labels(node=node.name), age))
+            drained_seconds.add(age, node=node.name)
 
-    out.family(
-        "megahour_node_drained",
-        "Node is drained or draining in Slurm (1) or not (0); ours=true when megahour set the reason.",
-        drained,
-    )
-    out.family(
-        "megahour_node_drained_seconds",
-        "Seconds since the node's drain reason was set.",
-        drained_seconds,
-    )
     resumes = resumes_done if resumes_done is not None else (len(plan.resumes) if plan else 0)
-    out.family("megahour_sweep_resumes_total", "Nodes resumed by this sweep run.", [("", resumes)])
     deletes = (
         reservation_deletes_done
         if reservation_deletes_done is not None
         else (len(plan.reservation_deletes) if plan else 0)
     )
-    out.family(
-        "megahour_sweep_reservation_deletes_total",
-        "Stranded megahour reservations deleted by this sweep run.",
-        [("", deletes)],
+    alerts = Family("megahour_alert_active", "An alert condition the sweeper found in this run.")
+    for alert in plan.alerts if plan else []:
+        alerts.add(1, alertname=alert.name, node=alert.node)
+    return render(
+        [
+            drained,
+            drained_seconds,
+            Family("megahour_sweep_resumes_total", "Nodes resumed by this sweep run.").add(resumes),
+            Family(
+                "megahour_sweep_reservation_deletes_total",
+                "Stranded megahour reservations deleted by this sweep run.",
+            ).add(deletes),
+            alerts,
+            Family("megahour_sweep_last_run_timestamp_seconds", "Unix time of the last sweep run.").add(
+                round(now.timestamp(), 3)
+            ),
+            Family(
+                "megahour_sweep_query_ok",
+                "1 when every Slurm query succeeded; 0 when one failed and the sweep did nothing.",
+            ).add(1 if query_ok else 0),
+            Family(
+                "megahour_sweep_history_ok",
+                "1 when the action history was readable; 0 when it was not and the sweep did nothing.",
+            ).add(1 if history_ok else 0),
+        ]
     )
-    alerts = [(_labels(alertname=a.name, node=a.node), 1) for a in (plan.alerts if plan else [])]
-    out.family("megahour_alert_active", "An alert condition the sweeper found in this run.", alerts)
-    out.family(
-        "megahour_sweep_last_run_timestamp_seconds",
-        "Unix time of the last sweep run.",
-        [("", round(now.timestamp(), 3))],
-    )
-    out.family(
-        "megahour_sweep_query_ok",
-        "1 when every Slurm query succeeded; 0 when one failed and the sweep did nothing.",
-        [("", 1 if query_ok else 0)],
-    )
-    out.family(
-        "megahour_sweep_history_ok",
-        "1 when the action history was readable; 0 when it was not and the sweep did nothing.",
-        [("", 1 if history_ok else 0)],
-    )
-    return "\n".join(out.lines) + "\n"
