@@ -162,11 +162,13 @@ def test_config_errors_name_the_fix(tmp_path):
     )
     config = load(tmp_path / "ok.json")
     assert config.expect.xid_overrides == {109: "IGNORE"} and config.disks[0].min_free_percent == 3
-    (tmp_path / "model.json").write_text(json.dumps({"gpu_count": 8, "gpu_model": "h100"}))
+    named = {"gpu_count": 8, "gpu_model": "h100", "product_name": "NVIDIA H100 80GB HBM3"}
+    (tmp_path / "model.json").write_text(json.dumps(named))
     assert load(tmp_path / "model.json").expect.product_name == "NVIDIA H100 80GB HBM3"
-    (tmp_path / "badmodel.json").write_text(json.dumps({"gpu_count": 8, "gpu_model": "h900"}))
-    with pytest.raises(ConfigError, match="unknown gpu_model 'h900'"):
-        load(tmp_path / "badmodel.json")
+    # A config rendered before the role rendered product_name: the model check must not silently vanish.
+    (tmp_path / "unnamed.json").write_text(json.dumps({"gpu_count": 8, "gpu_model": "h100"}))
+    with pytest.raises(ConfigError, match="gpu_model 'h100' has no product_name; re-deploy the slurm_node"):
+        load(tmp_path / "unnamed.json")
 
 
 def test_xid_that_recurs_after_a_reboot_fails(node, monkeypatch):

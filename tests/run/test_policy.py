@@ -6,16 +6,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from megahour.job_contract import attempt_dir_name, next_attempt_index
 from megahour.run.policy import (
     DEFAULT_TRANSIENT_EXIT_CODES,
     INTERRUPTED_EXIT,
     BudgetState,
     ExitContract,
     RetryBudget,
-    attempt_dir_name,
     checkpoint_advanced,
     classify,
-    next_attempt_index,
     slurm_restart_count,
 )
 

@@ -3,8 +3,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from megahour.job_contract import COMPLETE_MARKER
 from megahour.run.progress import (
-    COMPLETE_MARKER,
     CheckpointEntry,
     latest_checkpoint,
     latest_complete,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from megahour.run.progress import COMPLETE_MARKER
+from megahour.job_contract import COMPLETE_MARKER
 from megahour.train.checkpoint import CheckpointStore
 from megahour.train.selfcheck import train_worker
 from megahour.train.spawn import LocalWorldError, run_local_world

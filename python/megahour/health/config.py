@@ -7,7 +7,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from megahour.health.checks import Expectations
-from megahour.inventory.profiles import PROFILES
 
 DEFAULT_PATH = Path("/etc/megahour/health.json")
 
@@ -49,14 +48,16 @@ class HealthConfig:
         return self.expect.gpu_count > 0
 
 
-def _product_name(model: str | None) -> str | None:
-    """The name nvidia-smi prints for an inventory GPU model (profiles are the one source)."""
-    if model is None:
-        return None
-    profile = PROFILES.get(str(model).lower())
-    if profile is None:
-        raise ConfigError(f"unknown gpu_model {model!r}; use one of {', '.join(sorted(PROFILES))}")
-    return profile.product_name
+def _product_name(raw: dict) -> str | None:
+    """The GPU name the node must show. The slurm_node role renders it from the inventory's model."""
+    product_name = raw.get("product_name")
+    if raw.get("gpu_model") and not product_name:
+        # Fail closed: a model without its name would silently skip the model check.
+        raise ConfigError(
+            f"gpu_model {raw['gpu_model']!r} has no product_name; re-deploy the slurm_node role "
+            "(it renders the name nvidia-smi prints for the model)"
+        )
+    return product_name or None
 
 
 def load(path: Path = DEFAULT_PATH) -> HealthConfig:
@@ -71,7 +72,7 @@ def load(path: Path = DEFAULT_PATH) -> HealthConfig:
     try:
         expect = Expectations(
             gpu_count=int(raw["gpu_count"]),
-            product_name=raw.get("product_name") or _product_name(raw.get("gpu_model")),
+            product_name=_product_name(raw),
             bus_ids=tuple(raw.get("bus_ids", ())),
             corrected_storm_threshold=int(raw.get("corrected_storm_threshold", 1000)),
             require_persistence=bool(raw.get("require_persistence", True)),

@@ -6,8 +6,9 @@ import argparse
 import os
 import sys
 
+from megahour.job_contract import CHECKPOINT_DIR_ENV
 from megahour.run.policy import ExitContract, RetryBudget
-from megahour.run.progress import CHECKPOINT_DIR_ENV, resolve_checkpoint_dir
+from megahour.run.progress import resolve_checkpoint_dir
 from megahour.run.traces import DEFAULT_TRACE_ROOT, TRACE_ROOT_ENV, resolve_trace_root
 
 USAGE_HINT = "megahour run -- python train.py"

@@ -5,9 +5,8 @@ Nothing here spawns a process or touches a file, so every rule is unit- and prop
 
 from __future__ import annotations
 
-import re
 import signal
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -28,8 +27,6 @@ DEFAULT_TRANSIENT_EXIT_CODES: frozenset[int] = frozenset(
 
 # The conventional status of a process stopped by Ctrl-C; never listed in RequeueExit.
 INTERRUPTED_EXIT = 128 + int(signal.SIGINT)
-
-_ATTEMPT_NAME = re.compile(r"attempt-([0-9]+)")
 
 
 @dataclass(frozen=True)
@@ -156,17 +153,3 @@ def slurm_restart_count(env: Mapping[str, str]) -> int:
         return max(0, int(env.get("SLURM_RESTART_COUNT", "").strip()))
     except ValueError:
         return 0
-
-
-def next_attempt_index(existing_names: Iterable[str]) -> int:
-    """One past the highest ``attempt-<k>`` among ``existing_names``; 0 for the first attempt.
-
-    One sequence counts every attempt of the job, in-place restarts and Slurm requeues alike, so
-    sorting the directories numerically replays the job's history.
-    """
-    indices = [int(m.group(1)) for name in existing_names if (m := _ATTEMPT_NAME.fullmatch(name))]
-    return max(indices, default=-1) + 1
-
-
-def attempt_dir_name(index: int) -> str:
-    return f"attempt-{index}"

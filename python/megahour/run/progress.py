@@ -12,8 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-COMPLETE_MARKER = ".complete"
-CHECKPOINT_DIR_ENV = "MEGAHOUR_CHECKPOINT_DIR"
+from megahour.job_contract import CHECKPOINT_DIR_ENV, COMPLETE_MARKER
 
 
 @dataclass(frozen=True)

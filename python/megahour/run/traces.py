@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from megahour.run.policy import Decision, attempt_dir_name, next_attempt_index
+from megahour.job_contract import attempt_dir_name, next_attempt_index
+from megahour.run.policy import Decision
 
 DEFAULT_TRACE_ROOT = Path("/var/lib/megahour/traces")
 TRACE_ROOT_ENV = "MEGAHOUR_TRACE_ROOT"

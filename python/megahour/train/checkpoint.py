@@ -3,7 +3,8 @@
 Layout: ``<root>/step-00000030/`` holds one DCP checkpoint. Every rank writes its part; after the save
 (a collective) rank 0 writes the ``.complete`` marker inside it, atomically, last. A directory without
 the marker is a save that died half-way: it is never loaded, and the next save of that step replaces it.
-``megahour run`` reads the same marker (``run.checkpoints``) to tell progress from a crash loop.
+``megahour run`` reads the same marker (``run.progress``; the names are in ``job_contract``) to tell
+progress from a crash loop.
 
 What a checkpoint holds:
 
@@ -31,7 +32,7 @@ from torch import nn
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 
 from megahour.atomicio import atomic_write_text
-from megahour.run.progress import COMPLETE_MARKER
+from megahour.job_contract import COMPLETE_MARKER
 from megahour.train.comm import Comm
 from megahour.train.muon import ShardedMuon
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from megahour.run.progress import CHECKPOINT_DIR_ENV
+from megahour.job_contract import CHECKPOINT_DIR_ENV
 
 # Shapes the selector can be asked about without building a model: the anchors' 8B example.
 _LLAMA8B = [

@@ -34,7 +34,7 @@ import torch
 import torch.distributed as dist
 
 from megahour.atomicio import atomic_write_text
-from megahour.run.policy import attempt_dir_name, next_attempt_index
+from megahour.job_contract import attempt_dir_name, next_attempt_index
 from megahour.train import checkpoint
 from megahour.train.calibration import choose_strategy
 from megahour.train.comm import Comm
