@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.megahour_runtime import import_megahour
 
 DOCUMENTATION = r"""
 ---
@@ -16,6 +17,8 @@ description:
     HealthCheckProgram) and returns its verdicts. Read-only, so it runs in check mode too.
   - With C(policy=fail) an unhealthy host fails the task; with C(policy=report) it is reported
     (C(healthy=false)) and the play decides what to leave out.
+  - The gate and the deciding verdict come from C(megahour.health.verdict), so the module must run
+    with an interpreter that imports megahour (on a node, the runtime role's venv).
 options:
   suite:
     description: C(prolog) (fast gate) or C(full) (adds kernel-log Xids).
@@ -63,8 +66,6 @@ verdicts:
   elements: dict
 """
 
-_SEVERITY = {"PASS": 0, "WARN": 1, "UNKNOWN": 2, "FAIL": 3}
-
 
 def main():
     module = AnsibleModule(
@@ -76,25 +77,27 @@ def main():
         },
         supports_check_mode=True,
     )
+    verdict = import_megahour(module, "health.verdict")
     p = module.params
     cmd = [p["megahour"], "health", "check", "--json", "--suite", p["suite"], "--config", p["config"]]
     rc, out, err = module.run_command(cmd)
     try:
         report = json.loads(out)
-    except ValueError:
-        # Fail closed: no parsable verdicts is never healthy, whatever the policy.
+        verdicts = [verdict.Verdict.from_dict(v) for v in report["verdicts"]]
+    except (ValueError, KeyError, TypeError):
+        # Fail closed: no readable verdicts is never healthy, whatever the policy.
         module.fail_json(
             msg=f"`{' '.join(cmd)}` gave no verdicts (exit {rc}): {err.strip() or out.strip()}. "
             "Deploy the runtime and slurm_node roles first.",
             rc=rc,
         )
-    verdicts = report.get("verdicts", [])
-    healthy = bool(report.get("passed")) and rc == 0
-    worst = max(verdicts, key=lambda v: _SEVERITY.get(v.get("status"), 3), default=None)
-    reason = "ok" if healthy else (worst or {}).get("reason", "no_checks")
+    healthy = verdict.gate_passes(verdicts) and rc == 0
+    worst = verdict.worst(verdicts)
+    reason = "ok" if healthy else (worst.reason if worst else "no_checks")
+    verdicts = [v.to_dict() for v in verdicts]
     result = {"changed": False, "healthy": healthy, "reason": reason, "verdicts": verdicts}
     if not healthy and p["policy"] == "fail":
-        message = (worst or {}).get("message", "")
+        message = worst.message if worst else ""
         module.fail_json(
             msg=f"GPU preflight failed: {reason}: {message}. Fix the node, or set "
             "preflight_policy: report to leave unhealthy nodes out instead of failing.",

@@ -73,3 +73,23 @@ def test_no_verdicts_fails_closed_even_when_reporting(run, tmp_path):
     broken.chmod(0o755)
     rc, out = preflight(run, broken, "report")
     assert rc != 0 and "gave no verdicts" in out
+
+
+def test_unreadable_verdicts_fail_closed_even_when_reporting(run, tmp_path):
+    odd = {"passed": True, "suite": "full", "verdicts": [{"check": "ecc", "status": "FINE", "reason": "ok"}]}
+    rc, out = preflight(run, fake_megahour(tmp_path, odd, 0), "report")
+    assert rc != 0 and "gave no verdicts" in out
+
+
+def test_the_worst_verdict_decides_the_reason(run, tmp_path):
+    mixed = {
+        "passed": False,
+        "suite": "full",
+        "verdicts": [
+            {"check": "disk", "status": "WARN", "reason": "disk_low"},
+            {"check": "xid", "status": "UNKNOWN", "reason": "kernel_log_unreadable"},
+            {"check": "ecc", "status": "FAIL", "reason": "ecc_volatile_uncorrected", "message": "GPU-1"},
+        ],
+    }
+    rc, out = preflight(run, fake_megahour(tmp_path, mixed, 1), "report")
+    assert rc == 0 and '"reason": "ecc_volatile_uncorrected"' in out

@@ -31,6 +31,20 @@ class Verdict:
         data["status"] = self.status.value
         return data
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Verdict:
+        """The inverse of :meth:`to_dict`; a missing field or an unknown status raises ValueError."""
+        try:
+            return cls(
+                check=str(data["check"]),
+                status=Status(data["status"]),
+                reason=str(data["reason"]),
+                message=str(data.get("message") or ""),
+                evidence=dict(data.get("evidence") or {}),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"not a verdict ({exc!r}): {data!r}") from None
+
 
 def passed(check: str, message: str = "", **evidence: Any) -> Verdict:
     return Verdict(check, Status.PASS, "ok", message, evidence)
