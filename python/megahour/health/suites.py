@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from megahour.health import checks, kernel_log, probes, xid_history
 from megahour.health.config import HealthConfig
@@ -20,14 +22,7 @@ def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
         if suite == FULL:
             verdicts += _kernel_log_checks(config)
     for mount in config.mounts:
-        try:
-            verdicts.append(
-                checks.mount(
-                    mount.path, probes.mount_state(mount.path, config.probe_timeout_s), mount.require_mount
-                )
-            )
-        except probes.ProbeError as exc:
-            verdicts.append(checks.mount(mount.path, None, mount.require_mount, error=str(exc)))
+        verdicts.append(_probed(checks.mount, mount.path, probes.mount_state, mount.require_mount, config))
     if config.container_runtime_command:
         command = list(config.container_runtime_command)
         try:
@@ -36,15 +31,22 @@ def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
         except probes.ProbeError as exc:
             verdicts.append(checks.container_runtime(command, None, "", error=str(exc)))
     for rule in config.disks:
-        try:
-            verdicts.append(
-                checks.disk(
-                    rule.path, probes.free_percent(rule.path, config.probe_timeout_s), rule.min_free_percent
-                )
-            )
-        except probes.ProbeError as exc:
-            verdicts.append(checks.disk(rule.path, None, rule.min_free_percent, error=str(exc)))
+        verdicts.append(_probed(checks.disk, rule.path, probes.free_percent, rule.min_free_percent, config))
     return verdicts
+
+
+def _probed(
+    check: Callable[..., Verdict],
+    path: str,
+    probe: Callable[[str, float], Any],
+    limit: Any,
+    config: HealthConfig,
+) -> Verdict:
+    """``check(path, probe(path), limit)``; a probe that fails or times out is the check's error verdict."""
+    try:
+        return check(path, probe(path, config.probe_timeout_s), limit)
+    except probes.ProbeError as exc:
+        return check(path, None, limit, error=str(exc))
 
 
 def _gpu_checks(config: HealthConfig, suite: str) -> list[Verdict]:
