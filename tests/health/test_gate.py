@@ -244,3 +244,22 @@ def test_healthcheck_never_overwrites_someone_elses_drain(node):
         )
         assert bool(drained) is expect_drain, current
         assert stamped and stamped[0].startswith("megahour-health:FAIL:remap_pending:")
+
+
+def test_a_hung_disk_or_mount_probe_is_that_checks_unknown_verdict(node, monkeypatch):
+    import dataclasses
+
+    from megahour.health.config import MountRule
+
+    config, _, _ = node
+
+    def hung(path, timeout):
+        raise probes.ProbeError("probe_timeout", f"checking {path} timed out after {timeout:g}s")
+
+    monkeypatch.setattr(probes, "free_percent", hung)
+    monkeypatch.setattr(probes, "mount_state", hung)
+    checked = dataclasses.replace(config, disks=(DiskRule("/scratch", 5.0),), mounts=(MountRule("/nvme"),))
+    verdicts = {v.check: v for v in run_suite(checked, PROLOG)}
+    for check in ("disk:/scratch", "mount:/nvme"):
+        assert (verdicts[check].status, verdicts[check].reason) == (Status.UNKNOWN, "probe_timeout")
+        assert "timed out after" in verdicts[check].message
