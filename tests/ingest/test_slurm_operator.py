@@ -1,5 +1,6 @@
 """SlurmStepOperator and SlurmJobTrigger: the pure helpers, and the execute/submit/complete paths against a
 fake Slurm (sbatch, squeue, scontrol, sacct, scancel as one small script on PATH that records its calls).
+The Slurm adapter's own parsers and calls are tested in tests/slurm.
 """
 
 from __future__ import annotations
@@ -27,6 +28,8 @@ from airflow.triggers.base import TaskSuccessEvent
 
 from megahour.ingest import slurm_operator as so
 from megahour.ingest.steps import STEPS
+from megahour.slurm.async_client import AsyncSlurmClient
+from megahour.slurm.jobs import SUBMIT_FAILED_STATE, UNKNOWN_STATE, JobStatus, sbatch_args
 
 RUN_ID = "manual__2026-11-29T22:50:00+00:00"
 SAFE_RUN_ID = "manual__2026-11-29T22_50_00_00_00"
@@ -228,7 +231,7 @@ def test_step_command() -> None:
 
 def test_sbatch_args_carry_the_steps_budget() -> None:
     command = so.step_command("/bin/mh", "discover", "/r un", params={"landing": "/l/it's"})
-    argv = so.sbatch_args(
+    job = so.step_job(
         STEPS["transcode"],
         partition="ingest",
         name="mh-ingest.x",
@@ -236,6 +239,7 @@ def test_sbatch_args_carry_the_steps_budget() -> None:
         workdir="/r",
         command=command,
     )
+    argv = sbatch_args(job)
     opts = dict(zip(argv[2::2], argv[3::2], strict=False))
     assert argv[:2] == ["sbatch", "--parsable"]
     assert opts["--job-name"] == "mh-ingest.x"
@@ -249,72 +253,6 @@ def test_sbatch_args_carry_the_steps_budget() -> None:
     import shlex
 
     assert shlex.split(opts["--wrap"]) == command
-
-
-def test_parse_sbatch_job_id() -> None:
-    assert so.parse_sbatch_job_id("1234\n") == "1234"
-    assert so.parse_sbatch_job_id("1234;cluster\n") == "1234"
-    with pytest.raises(ValueError):
-        so.parse_sbatch_job_id("")
-    with pytest.raises(ValueError):
-        so.parse_sbatch_job_id("sbatch: error: something\n")
-
-
-def test_parse_squeue_jobs() -> None:
-    assert so.parse_squeue_jobs("") == []
-    assert so.parse_squeue_jobs("12|RUNNING\n9|PENDING\ngarbage\n") == [("9", "PENDING"), ("12", "RUNNING")]
-
-
-def test_states_and_exit_codes() -> None:
-    assert so.normalize_state("CANCELLED by 1000") == "CANCELLED"
-    assert so.normalize_state("CANCELLED+") == "CANCELLED"
-    assert so.normalize_state("completed") == "COMPLETED"
-    assert so.normalize_state("") == so.UNKNOWN_STATE
-    assert so.parse_exit_code("0:0") == (0, 0)
-    assert so.parse_exit_code("3:0") == (3, 0)
-    assert so.parse_exit_code("0:9") == (0, 9)
-    assert so.parse_exit_code("") == (None, None)
-
-
-SCONTROL_22_05 = (
-    "JobId=57 JobName=mh-ingest.x.batch.qc.0 UserId=ingest(990) GroupId=megahour(990) MCS_label=N/A "
-    "Priority=4294901703 Nice=0 Account=(null) QOS=normal JobState=FAILED Reason=NonZeroExitCode "
-    "Dependency=(null) Requeue=1 Restarts=0 BatchFlag=1 Reboot=0 ExitCode=1:0 DerivedExitCode=0:0 "
-    "RunTime=00:00:01 TimeLimit=00:30:00 Partition=ingest NodeList=gpu-1 NumCPUs=1 "
-    "Command=(null) WorkDir=/srv/megahour/ingest/runs/x StdErr=/srv/x/logs/qc-0.try1.log StdIn=/dev/null "
-    "StdOut=/srv/x/logs/qc-0.try1.log Power="
-)
-
-
-def test_parse_scontrol_job() -> None:
-    status = so.parse_scontrol_job(SCONTROL_22_05)
-    assert status == so.JobStatus("57", "FAILED", 1, 0, "/srv/x/logs/qc-0.try1.log")
-    assert status.finished and not status.succeeded
-    running = so.parse_scontrol_job("JobId=5 JobState=RUNNING Reason=None ExitCode=0:0 StdOut=/o")
-    assert running is not None and not running.finished
-    done = so.parse_scontrol_job("JobId=5 JobState=COMPLETED Reason=None ExitCode=0:0 StdOut=/o")
-    assert done is not None and done.succeeded
-    assert so.parse_scontrol_job("nonsense") is None
-
-
-def test_parse_sacct() -> None:
-    text = "57|CANCELLED by 990|0:15\n57.batch|CANCELLED|0:15\n"
-    assert so.parse_sacct(text, "57") == so.JobStatus("57", "CANCELLED", 0, 15)
-    assert so.parse_sacct("", "57") is None
-    assert so.parse_sacct("58|COMPLETED|0:0\n", "57") is None
-
-
-def test_job_status_judgement_and_payload() -> None:
-    assert so.JobStatus("1", "COMPLETED", 0, 0).succeeded
-    assert not so.JobStatus("1", "COMPLETED", 2, 0).succeeded
-    assert not so.JobStatus("1", "COMPLETED", 0, 9).succeeded
-    assert not so.JobStatus("1", "TIMEOUT", 0, 0).succeeded
-    assert so.JobStatus("1", "OUT_OF_MEMORY", 0, 0).finished
-    assert so.JobStatus("1", so.UNKNOWN_STATE).finished
-    assert not so.JobStatus("1", "PENDING").finished
-    status = so.JobStatus("7", "FAILED", 1, 0, "/o.log", "x")
-    assert so.JobStatus.from_dict(json.loads(json.dumps(status.to_dict()))) == status
-    assert "FAILED" in status.describe() and "1:0" in status.describe()
 
 
 def test_step_enabled() -> None:
@@ -441,8 +379,35 @@ def test_squeue_failure_fails_closed(tmp_path, slurm) -> None:
     (slurm.state).mkdir(parents=True, exist_ok=True)
     (slurm.state / "squeue_fails").touch()
     op = make_op(tmp_path, "upload")
-    with pytest.raises(AirflowException, match="squeue exited"):
+    with pytest.raises(AirflowException) as raised:
         op.execute(context(op))
+    assert str(raised.value) == (
+        "squeue exited 1: squeue: error: slurm_load_jobs error: Unable to contact slurm controller"
+    )
+    assert slurm.calls("sbatch") == []
+
+
+def test_a_missing_squeue_fails_closed_and_says_why(tmp_path, monkeypatch) -> None:
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    op = make_op(tmp_path, "upload")
+    with pytest.raises(
+        AirflowException, match=r"^`squeue --noheader --name mh-ingest\.\S+ .*` could not run: "
+    ) as raised:
+        op.execute(context(op))
+    assert "No such file or directory" in str(raised.value)
+
+
+def test_a_rebuilt_trigger_fails_closed_when_squeue_fails(tmp_path, slurm) -> None:
+    op = make_op(tmp_path, "upload")
+    with pytest.raises(TaskDeferred) as deferred:
+        op.execute(context(op))
+    (slurm.state / "squeue_fails").touch()  # slurmctld went away between the worker and the triggerer
+    (event,) = run_trigger(deferred.value.trigger)
+    assert event.payload["state"] == SUBMIT_FAILED_STATE
+    assert event.payload["detail"] == (
+        "squeue exited 1: squeue: error: slurm_load_jobs error: Unable to contact slurm controller"
+    )
     assert slurm.calls("sbatch") == []
 
 
@@ -454,7 +419,7 @@ def test_sbatch_failure_resumes_the_task_to_raise(tmp_path, slurm) -> None:
     with pytest.raises(TaskDeferred) as deferred:
         op.execute(ctx)
     (event,) = run_trigger(deferred.value.trigger)
-    assert event.payload["state"] == so.SUBMIT_FAILED_STATE
+    assert event.payload["state"] == SUBMIT_FAILED_STATE
     with pytest.raises(AirflowException, match=r"could not be submitted.*Invalid partition") as raised:
         op.complete(ctx, event=event.payload)
     assert not isinstance(raised.value, AirflowFailException)  # retryable
@@ -467,17 +432,17 @@ def test_trigger_waits_for_the_job_to_end(tmp_path, slurm, monkeypatch) -> None:
         op.execute(context(op))
     trigger = deferred.value.trigger
     polls = {"n": 0}
-    real_query = so.query_job
+    real_query = AsyncSlurmClient.query_job
 
-    async def query_and_advance(job_id):
+    async def query_and_advance(self, job_id):
         polls["n"] += 1
         if polls["n"] == 3:
             slurm.update(job_id, state="RUNNING")
         if polls["n"] == 5:
             slurm.update(job_id, state="FAILED", exit="2:0")
-        return await real_query(job_id)
+        return await real_query(self, job_id)
 
-    monkeypatch.setattr(so, "query_job", query_and_advance)
+    monkeypatch.setattr(AsyncSlurmClient, "query_job", query_and_advance)
     (event,) = run_trigger(trigger)
     assert polls["n"] == 5
     assert event.payload["state"] == "FAILED" and event.payload["exit_code"] == 2
@@ -525,7 +490,7 @@ def test_trigger_falls_back_to_sacct_when_slurmctld_forgot_the_job(tmp_path, slu
 def test_trigger_gives_up_as_unknown_when_slurm_cannot_tell(tmp_path, slurm) -> None:
     slurm.state.mkdir(parents=True, exist_ok=True)
     (event,) = run_trigger(so.SlurmJobTrigger("404", poll_interval=0, max_misses=3))
-    assert event.payload["state"] == so.UNKNOWN_STATE
+    assert event.payload["state"] == UNKNOWN_STATE
     assert "neither scontrol nor sacct" in event.payload["detail"]
     assert len(slurm.calls("scontrol")) == 3
 
@@ -534,6 +499,34 @@ def test_trigger_on_kill_cancels_the_job(slurm) -> None:
     slurm.put(id="9", name="n", state="RUNNING", exit="0:0", stdout="/o")
     asyncio.run(so.SlurmJobTrigger("9").on_kill())
     assert slurm.job("9")["state"] == "CANCELLED"
+
+
+def refusing_scancel(bin_dir: Path) -> None:
+    """An scancel that refuses every job, first on PATH (before the fake Slurm's)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    (bin_dir / "scancel").write_text(
+        '#!/bin/sh\necho "scancel: error: Kill job error on job id $1" >&2\nexit 1\n'
+    )
+    (bin_dir / "scancel").chmod(0o755)
+
+
+def test_trigger_on_kill_logs_a_refused_scancel(tmp_path, slurm, monkeypatch, capfd) -> None:
+    refusing_scancel(tmp_path / "refuse")
+    monkeypatch.setenv("PATH", f"{tmp_path / 'refuse'}{os.pathsep}{os.environ['PATH']}")
+    asyncio.run(so.SlurmJobTrigger("9").on_kill())  # no exception: the triggerer goes on
+    assert "scancel 9 failed (1): scancel: error: Kill job error on job id 9" in "".join(capfd.readouterr())
+
+
+def test_operator_on_kill_ignores_a_refused_scancel_but_not_a_missing_one(tmp_path, monkeypatch) -> None:
+    op = make_op(tmp_path, "validate")
+    op._job_id = "9"
+    refusing_scancel(tmp_path / "refuse")
+    monkeypatch.setenv("PATH", str(tmp_path / "refuse"))
+    op.on_kill()  # the job is gone or not ours: nothing left to do
+    (tmp_path / "empty").mkdir()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(AirflowException, match=r"^`scancel 9` could not run: .*No such file"):
+        op.on_kill()
 
 
 def test_operator_on_kill_cancels_the_job(tmp_path, slurm, monkeypatch) -> None:
@@ -552,7 +545,7 @@ def test_complete_succeeds_on_completed_exit_0(tmp_path) -> None:
     op = make_op(tmp_path, "validate")
     log = tmp_path / "v.log"
     log.write_text("validated 12 episodes\n")
-    event = so.JobStatus("5", "COMPLETED", 0, 0, str(log)).to_dict()
+    event = JobStatus("5", "COMPLETED", 0, 0, str(log)).to_dict()
     assert op.complete(context(op), event=event) is None
 
 
@@ -561,7 +554,7 @@ def test_plan_returns_the_batch_indexes_to_map_over(tmp_path) -> None:
     run_dir = tmp_path / "runs" / SAFE_RUN_ID
     run_dir.mkdir(parents=True)
     (run_dir / "plan.json").write_text(json.dumps({"batches": [[], [], []]}))
-    event = so.JobStatus("5", "COMPLETED", 0, 0).to_dict()
+    event = JobStatus("5", "COMPLETED", 0, 0).to_dict()
     assert op.complete(context(op), event=event) == [0, 1, 2]
 
 
@@ -577,7 +570,7 @@ def test_plan_returns_the_batch_indexes_to_map_over(tmp_path) -> None:
 )
 def test_complete_raises_otherwise(tmp_path, state, exit_code, signal) -> None:
     op = make_op(tmp_path, "transcode")
-    event = so.JobStatus("5", state, exit_code, signal, str(tmp_path / "missing.log")).to_dict()
+    event = JobStatus("5", state, exit_code, signal, str(tmp_path / "missing.log")).to_dict()
     with pytest.raises(AirflowException, match=state) as raised:
         op.complete(context(op), event=event)
     assert not isinstance(raised.value, AirflowFailException)  # retryable
@@ -586,9 +579,9 @@ def test_complete_raises_otherwise(tmp_path, state, exit_code, signal) -> None:
 def test_final_exit_codes_fail_without_retry(tmp_path) -> None:
     op = make_op(tmp_path, "summary", final_exit_codes=(3,))
     with pytest.raises(AirflowFailException):
-        op.complete(context(op), event=so.JobStatus("5", "FAILED", 3, 0).to_dict())
+        op.complete(context(op), event=JobStatus("5", "FAILED", 3, 0).to_dict())
     with pytest.raises(AirflowException) as raised:
-        op.complete(context(op), event=so.JobStatus("5", "FAILED", 1, 0).to_dict())
+        op.complete(context(op), event=JobStatus("5", "FAILED", 1, 0).to_dict())
     assert not isinstance(raised.value, AirflowFailException)
 
 
@@ -601,7 +594,7 @@ def test_complete_logs_the_jobs_output_tail(tmp_path, monkeypatch) -> None:
         type(op), "log", property(lambda self: SimpleNamespace(info=lambda msg, *a: seen.append(msg % a)))
     )
     with pytest.raises(AirflowException):
-        op.complete(context(op), event=so.JobStatus("5", "FAILED", 1, 0, str(log)).to_dict())
+        op.complete(context(op), event=JobStatus("5", "FAILED", 1, 0, str(log)).to_dict())
     assert any("three\nTraceback: boom" in line for line in seen)
     assert not any("two" in line for line in seen)
 

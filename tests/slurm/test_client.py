@@ -104,3 +104,68 @@ def test_bytes_output_is_decoded():
 
     parsed = SlurmClient(runner=FakeRunner({"scontrol show": as_bytes})).reservations()
     assert len(parsed.items) == 3
+
+
+# Jobs ----------------------------------------------------------------------------------------------------
+
+SBATCH = ["sbatch", "--parsable", "--job-name", "mh-ingest.x", "--wrap", "true"]
+
+
+def test_submit_runs_the_prepared_sbatch_and_returns_the_job_id():
+    runner = FakeRunner({"sbatch": ("57;cluster\n", "", 0)})
+    assert SlurmClient(runner=runner).submit(SBATCH) == "57"
+    assert runner.calls == [SBATCH]
+    assert runner.kwargs[0]["env"]["SLURM_TIME_FORMAT"] == "standard"
+
+
+def test_submit_refuses_anything_but_sbatch_and_raises_when_it_fails():
+    runner = FakeRunner({"sbatch": ("", "sbatch: error: Invalid partition name specified\n", 1)})
+    with pytest.raises(ValueError):
+        SlurmClient(runner=runner).submit(["scancel", "--name", "x"])
+    assert runner.calls == []
+    with pytest.raises(SlurmQueryError, match="exited 1: sbatch: error: Invalid partition") as info:
+        SlurmClient(runner=runner).submit(SBATCH)
+    assert info.value.returncode == 1
+    with pytest.raises(SlurmQueryError, match="printed no job id"):
+        SlurmClient(runner=FakeRunner({"sbatch": ("\n", "", 0)})).submit(SBATCH)
+
+
+def test_live_jobs_by_name_oldest_first():
+    runner = FakeRunner({"squeue --noheader --name": ("12|RUNNING\n9|PENDING\n", "", 0)})
+    assert SlurmClient(runner=runner).live_jobs("mh-ingest.x") == [("9", "PENDING"), ("12", "RUNNING")]
+    assert runner.calls == [
+        [
+            "squeue",
+            "--noheader",
+            "--name",
+            "mh-ingest.x",
+            "--states",
+            "PENDING,RUNNING,CONFIGURING,SUSPENDED,REQUEUED",
+            "--format",
+            "%i|%T",
+        ]
+    ]
+
+
+def test_live_jobs_fail_closed():
+    # "could not tell" must never read as "no live job of that name": the caller would submit a duplicate.
+    runner = FakeRunner({"squeue": ("", "slurm_load_jobs error: Unable to contact slurm controller\n", 1)})
+    with pytest.raises(SlurmQueryError) as info:
+        SlurmClient(runner=runner).live_jobs("mh-ingest.x")
+    assert info.value.returncode == 1 and "Unable to contact" in info.value.stderr
+
+
+def test_cancel_by_id_or_name():
+    runner = FakeRunner({"scancel": ("", "", 0)})
+    SlurmClient(runner=runner).cancel("9")
+    SlurmClient(runner=runner).cancel(name="mh-ingest.x")
+    assert runner.calls == [["scancel", "9"], ["scancel", "--name", "mh-ingest.x"]]
+
+
+def test_a_command_that_did_not_run_has_no_returncode():
+    def missing(argv):
+        raise FileNotFoundError(2, "No such file or directory", argv[0])
+
+    with pytest.raises(SlurmQueryError) as info:
+        SlurmClient(runner=FakeRunner({"scancel": missing})).cancel("9")
+    assert info.value.returncode is None and isinstance(info.value.__cause__, FileNotFoundError)

@@ -28,8 +28,12 @@ retry delay and a rerun of the step.
 ``on_kill`` (worker side) and ``SlurmJobTrigger.on_kill`` (triggerer side, when a user marks the deferred
 task failed/success or clears it) cancel the job with ``scancel``.
 
-The pure parts (naming, command rendering, state parsing, jitter) are plain functions at the top of this
-module and are unit-tested without Airflow or Slurm.
+The Slurm part lives in ``megahour.slurm``: ``jobs`` (job states, ``JobStatus``, the exact sbatch/squeue/
+scontrol/sacct/scancel calls and their parsers; pure), ``client.SlurmClient`` (the worker's blocking calls:
+live jobs by name, cancel) and ``async_client.AsyncSlurmClient`` (the triggerer's: submit, live jobs by
+name, the scontrol-then-sacct query, cancel). What stays here is Airflow's: step toggles, the stagger and
+poll delays, the run's folders, job names and log paths, the step's command, and the operator and trigger.
+The pure parts are plain functions at the top of this module, unit-tested without Airflow or Slurm.
 """
 
 from __future__ import annotations
@@ -39,9 +43,7 @@ import hashlib
 import json
 import re
 import shlex
-import subprocess
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -52,35 +54,22 @@ from airflow.triggers.base import BaseTrigger, TaskSuccessEvent, TriggerEvent
 
 from megahour.ingest.runfiles import batch_count, safe_run_id
 from megahour.ingest.steps import STEPS, StepSpec, spec
+from megahour.slurm.async_client import AsyncSlurmClient
+from megahour.slurm.client import SlurmClient, SlurmQueryError
+from megahour.slurm.jobs import (
+    JOB_CALL_TIMEOUT_S,
+    SUBMIT_FAILED_STATE,
+    UNKNOWN_STATE,
+    BatchJob,
+    JobStatus,
+    LiveJob,
+    sbatch_args,
+)
 
 JOB_NAME_PREFIX = "mh-ingest"
-# Job states (Slurm 22.05 long names) after which the job never runs again.
-TERMINAL_STATES = frozenset(
-    {
-        "BOOT_FAIL",
-        "CANCELLED",
-        "COMPLETED",
-        "DEADLINE",
-        "FAILED",
-        "NODE_FAIL",
-        "OUT_OF_MEMORY",
-        "PREEMPTED",
-        "REVOKED",
-        "TIMEOUT",
-    }
-)
-# What squeue is asked for when looking for a job to attach to (a live job of the same name).
-# Not COMPLETING: a job on its way out (say, cancelled by on_kill) must not be adopted; resubmitting is
-# idempotent.
-ATTACHABLE_STATES = ("PENDING", "RUNNING", "CONFIGURING", "SUSPENDED", "REQUEUED")
 # How long past its own time limit a step may stay unfinished (queued, held) before the task gives up.
 QUEUE_ALLOWANCE = timedelta(hours=1)
-UNKNOWN_STATE = "UNKNOWN"
-# The trigger could not submit the job (sbatch failed); the task resumes and raises, retries decide.
-SUBMIT_FAILED_STATE = "SUBMIT_FAILED"
-SUBPROCESS_TIMEOUT_S = 60.0
 FIRST_POLL_S = 0.25
-_INVALID_JOB = "invalid job id"
 
 
 # Pure helpers ------------------------------------------------------------------------------------------
@@ -157,7 +146,7 @@ def step_command(
     return argv
 
 
-def sbatch_args(
+def step_job(
     step: StepSpec,
     *,
     partition: str,
@@ -165,154 +154,18 @@ def sbatch_args(
     output: str | Path,
     workdir: str | Path,
     command: Sequence[str],
-) -> list[str]:
-    """The sbatch call for one step: its resource budget becomes Slurm limits."""
-    return [
-        "sbatch",
-        "--parsable",
-        "--job-name",
-        name,
-        "--partition",
-        partition,
-        "--nodes",
-        "1",
-        "--ntasks",
-        "1",
-        "--cpus-per-task",
-        str(step.cpus),
-        "--mem",
-        f"{step.mem_mb}M",
-        "--time",
-        str(step.time_limit_min),
-        "--chdir",
-        str(workdir),
-        "--output",
-        str(output),
-        "--wrap",
-        shlex.join(command),
-    ]
-
-
-def parse_sbatch_job_id(stdout: str) -> str:
-    """``sbatch --parsable`` prints ``<job id>`` or ``<job id>;<cluster>``."""
-    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
-    job_id = line.split(";", 1)[0].strip()
-    if not job_id.isdigit():
-        raise ValueError(f"sbatch printed no job id: {stdout!r}")
-    return job_id
-
-
-def squeue_by_name_args(name: str) -> list[str]:
-    return [
-        "squeue",
-        "--noheader",
-        "--name",
-        name,
-        "--states",
-        ",".join(ATTACHABLE_STATES),
-        "--format",
-        "%i|%T",
-    ]
-
-
-def parse_squeue_jobs(stdout: str) -> list[tuple[str, str]]:
-    """``squeue --format %i|%T`` lines as (job id, state), oldest job first."""
-    jobs = []
-    for line in stdout.splitlines():
-        job_id, sep, state = line.strip().partition("|")
-        if sep and job_id.isdigit():
-            jobs.append((job_id, normalize_state(state)))
-    return sorted(jobs, key=lambda job: int(job[0]))
-
-
-def normalize_state(raw: str) -> str:
-    """``CANCELLED by 1000`` / ``CANCELLED+`` / ``completed`` -> ``CANCELLED`` / ``COMPLETED``."""
-    words = raw.strip().split()
-    return words[0].rstrip("+").upper() if words else UNKNOWN_STATE
-
-
-def parse_exit_code(raw: str) -> tuple[int | None, int | None]:
-    """Slurm's ``<exit status>:<signal>``."""
-    status, _, signal = raw.strip().partition(":")
-    try:
-        return int(status), int(signal or 0)
-    except ValueError:
-        return None, None
-
-
-@dataclass(frozen=True)
-class JobStatus:
-    job_id: str
-    state: str
-    exit_code: int | None = None
-    signal: int | None = None
-    stdout: str | None = None  # the job's output file, where Slurm told us
-    detail: str = ""
-
-    @property
-    def finished(self) -> bool:
-        return self.state in TERMINAL_STATES or self.state in (UNKNOWN_STATE, SUBMIT_FAILED_STATE)
-
-    @property
-    def succeeded(self) -> bool:
-        return self.state == "COMPLETED" and self.exit_code == 0 and not self.signal
-
-    def describe(self) -> str:
-        if self.state == SUBMIT_FAILED_STATE:
-            return f"the Slurm job could not be submitted: {self.detail}"
-        code = "?" if self.exit_code is None else f"{self.exit_code}:{self.signal or 0}"
-        extra = f" ({self.detail})" if self.detail else ""
-        return f"Slurm job {self.job_id} ended {self.state}, exit code {code}{extra}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, payload: Mapping[str, Any]) -> JobStatus:
-        return cls(
-            job_id=str(payload["job_id"]),
-            state=str(payload.get("state") or UNKNOWN_STATE),
-            exit_code=payload.get("exit_code"),
-            signal=payload.get("signal"),
-            stdout=payload.get("stdout"),
-            detail=str(payload.get("detail") or ""),
-        )
-
-
-_FIELD = re.compile(r"(?:^|\s)(JobId|JobState|ExitCode|StdOut)=(\S*)")
-
-
-def parse_scontrol_job(text: str) -> JobStatus | None:
-    """``scontrol show job --oneliner ID``: state, exit code and output file (None if not understood)."""
-    fields = dict(_FIELD.findall(text))
-    if "JobId" not in fields or "JobState" not in fields:
-        return None
-    exit_code, signal = parse_exit_code(fields.get("ExitCode", ""))
-    stdout = fields.get("StdOut") or None
-    return JobStatus(fields["JobId"], normalize_state(fields["JobState"]), exit_code, signal, stdout)
-
-
-def sacct_args(job_id: str) -> list[str]:
-    return [
-        "sacct",
-        "--noheader",
-        "--parsable2",
-        "--allocations",
-        "--jobs",
-        job_id,
-        "--format",
-        "JobID,State,ExitCode",
-    ]
-
-
-def parse_sacct(text: str, job_id: str) -> JobStatus | None:
-    """``sacct --parsable2 --allocations --format JobID,State,ExitCode``: the job's own line, if any."""
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) >= 3 and parts[0] == job_id:
-            exit_code, signal = parse_exit_code(parts[2])
-            return JobStatus(job_id, normalize_state(parts[1]), exit_code, signal)
-    return None
+) -> BatchJob:
+    """The Slurm job for one step: its resource budget becomes the job's limits."""
+    return BatchJob(
+        name=name,
+        partition=partition,
+        cpus=step.cpus,
+        mem_mb=step.mem_mb,
+        time_limit_min=step.time_limit_min,
+        workdir=workdir,
+        output=output,
+        command=list(command),
+    )
 
 
 def tail(path: str | Path | None, lines: int = 40, max_bytes: int = 64 * 1024) -> list[str]:
@@ -330,49 +183,19 @@ def tail(path: str | Path | None, lines: int = 40, max_bytes: int = 64 * 1024) -
     return data.decode(errors="replace").splitlines()[-lines:]
 
 
-# Subprocesses ------------------------------------------------------------------------------------------
+# Slurm calls ------------------------------------------------------------------------------------------
 
 
-def _run(argv: Sequence[str], timeout: float = SUBPROCESS_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise AirflowException(f"`{shlex.join(argv)}` could not run: {exc}") from exc
+def slurm_client() -> SlurmClient:
+    """The worker's Slurm calls, with the job calls' timeout (built per call: today's PATH and env)."""
+    return SlurmClient(timeout=JOB_CALL_TIMEOUT_S)
 
 
-async def _run_async(argv: Sequence[str], timeout: float = SUBPROCESS_TIMEOUT_S) -> tuple[int, str, str]:
-    """(returncode, stdout, stderr); a missing binary or a timeout is returncode -1 with a reason."""
-    try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE
-        )
-    except OSError as exc:
-        return -1, "", f"could not start {argv[0]}: {exc}"
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        return -1, "", f"{argv[0]} timed out after {timeout:g}s"
-    return proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace")
-
-
-async def query_job(job_id: str) -> tuple[JobStatus | None, str]:
-    """The job's status from slurmctld, or from accounting once slurmctld has forgotten it.
-
-    Returns (status, problem): status None means "could not tell this time" and problem says why.
-    """
-    rc, out, err = await _run_async(["scontrol", "show", "job", "--oneliner", job_id])
-    if rc == 0:
-        status = parse_scontrol_job(out)
-        return (status, "") if status else (None, f"scontrol output not understood: {out.strip()[:200]}")
-    if _INVALID_JOB not in err.lower():
-        return None, f"scontrol failed ({rc}): {err.strip()[:200]}"
-    rc, out, err = await _run_async(sacct_args(job_id))
-    if rc != 0:
-        return None, f"scontrol no longer knows job {job_id} and sacct failed ({rc}): {err.strip()[:200]}"
-    status = parse_sacct(out, job_id)
-    return (status, "") if status else (None, f"job {job_id} is in neither scontrol nor sacct")
+def airflow_error(exc: SlurmQueryError) -> AirflowException:
+    """A failed Slurm call as the task reports it: the exit status and stderr, or why it did not run."""
+    if exc.returncode is None:
+        return AirflowException(f"`{shlex.join(exc.command)}` could not run: {exc.__cause__}")
+    return AirflowException(f"{exc.command[0]} exited {exc.returncode}: {exc.stderr.strip()}")
 
 
 # Airflow -----------------------------------------------------------------------------------------------
@@ -433,11 +256,12 @@ class SlurmJobTrigger(BaseTrigger):
         )
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
+        slurm = AsyncSlurmClient()
         if self.job_id is None:
             if self.delay_s > 0:
                 self.log.info("staggered start: waiting %.2fs before sbatch", self.delay_s)
                 await asyncio.sleep(self.delay_s)
-            job_id, problem = await self._submit()
+            job_id, problem = await self._submit(slurm)
             if job_id is None:
                 yield TriggerEvent(
                     JobStatus("", SUBMIT_FAILED_STATE, stdout=self.log_file, detail=problem).to_dict()
@@ -446,7 +270,8 @@ class SlurmJobTrigger(BaseTrigger):
             self.job_id = job_id
         misses = polls = 0
         while True:
-            status, problem = await query_job(self.job_id)
+            answer = await slurm.query_job(self.job_id)
+            status, problem = answer.value, answer.problem
             polls += 1
             if status is None:
                 misses += 1
@@ -469,38 +294,36 @@ class SlurmJobTrigger(BaseTrigger):
                 return
             await asyncio.sleep(poll_delay(polls - 1, self.poll_interval))
 
-    async def _submit(self) -> tuple[str | None, str]:
+    async def _submit(self, slurm: AsyncSlurmClient | None = None) -> tuple[str | None, str]:
         """(job id, "") once submitted or attached; (None, why) when it could not be."""
         assert self.submit is not None
+        slurm = slurm or AsyncSlurmClient()
         if self.job_name:
-            rc, out, err = await _run_async(squeue_by_name_args(self.job_name))
-            if rc != 0:
+            live = await slurm.live_jobs(self.job_name)
+            if live.value is None:
                 # Fail closed: not knowing whether the job runs already must not submit a duplicate.
-                return None, f"squeue exited {rc}: {err.strip()[:300]}"
-            live = parse_squeue_jobs(out)
-            if live:
-                job_id, state = live[-1]
+                return None, live.problem
+            if live.value:
+                job_id, state = live.value[-1]
                 self.log.info("attaching to Slurm job %s (%s), named %s", job_id, state, self.job_name)
                 return job_id, ""
         self.log.info("submitting: %s", shlex.join(self.submit))
-        rc, out, err = await _run_async(self.submit)
-        if rc != 0:
-            return None, f"sbatch exited {rc}: {err.strip()[:300]}"
-        try:
-            job_id = parse_sbatch_job_id(out)
-        except ValueError as exc:
-            return None, str(exc)
-        self.log.info("submitted Slurm job %s; output in %s", job_id, self.log_file)
-        return job_id, ""
+        submitted = await slurm.submit(self.submit)
+        if submitted.value is None:
+            return None, submitted.problem
+        self.log.info("submitted Slurm job %s; output in %s", submitted.value, self.log_file)
+        return submitted.value, ""
 
     async def on_kill(self) -> None:
         # Before the job id is known (still staggering or submitting), its unique name finds it.
-        argv = ["scancel", self.job_id] if self.job_id else ["scancel", "--name", self.job_name or ""]
-        if not self.job_id and not self.job_name:
+        if self.job_id:
+            problem = await AsyncSlurmClient().cancel(self.job_id)
+        elif self.job_name:
+            problem = await AsyncSlurmClient().cancel(name=self.job_name)
+        else:
             return
-        rc, _, err = await _run_async(argv)
-        if rc != 0:
-            self.log.warning("%s failed (%d): %s", shlex.join(argv), rc, err.strip())
+        if problem:
+            self.log.warning("%s", problem)
 
 
 def step_doc(step: StepSpec) -> str:
@@ -589,7 +412,8 @@ class SlurmStepOperator(BaseOperator):
         if live:
             job_id, state = live[-1]
             if len(live) > 1:
-                self.log.warning("several live jobs named %s: %s; following the newest", name, live)
+                pairs = [tuple(job) for job in live]
+                self.log.warning("several live jobs named %s: %s; following the newest", name, pairs)
             output = latest_log(run_dir, self.step, batch)
             self.log.info("attaching to Slurm job %s (%s, named %s) from an earlier try", job_id, state, name)
             self._job_id = job_id
@@ -599,12 +423,14 @@ class SlurmStepOperator(BaseOperator):
             step_params = params if self.step == "discover" else None
             command = step_command(self.megahour, self.step, run_dir, batch, step_params)
             argv = sbatch_args(
-                STEPS[self.step],
-                partition=self.partition,
-                name=name,
-                output=output,
-                workdir=run_dir,
-                command=command,
+                step_job(
+                    STEPS[self.step],
+                    partition=self.partition,
+                    name=name,
+                    output=output,
+                    workdir=run_dir,
+                    command=command,
+                )
             )
             jitter = params.get("jitter_s")
             jitter = self.default_jitter_s if jitter is None else float(jitter)
@@ -651,10 +477,10 @@ class SlurmStepOperator(BaseOperator):
     def on_kill(self) -> None:
         if self._job_id:
             self.log.info("cancelling Slurm job %s", self._job_id)
-            _run(["scancel", self._job_id])
+            self._cancel(self._job_id)
         elif self._job_name:
             self.log.info("cancelling Slurm jobs named %s", self._job_name)
-            _run(["scancel", "--name", self._job_name])
+            self._cancel(name=self._job_name)
 
     # Helpers -------------------------------------------------------------------------------------------
 
@@ -663,12 +489,19 @@ class SlurmStepOperator(BaseOperator):
             return None
         return int(self.batch)
 
-    def _live_jobs(self, name: str) -> list[tuple[str, str]]:
-        proc = _run(squeue_by_name_args(name))
-        if proc.returncode != 0:
+    def _live_jobs(self, name: str) -> list[LiveJob]:
+        try:
+            return slurm_client().live_jobs(name)
+        except SlurmQueryError as exc:
             # Fail closed: not knowing whether a job is running must not submit a duplicate.
-            raise AirflowException(f"squeue exited {proc.returncode}: {proc.stderr.strip()}")
-        return parse_squeue_jobs(proc.stdout)
+            raise airflow_error(exc) from exc
+
+    def _cancel(self, job_id: str | None = None, *, name: str | None = None) -> None:
+        try:
+            slurm_client().cancel(job_id, name=name)
+        except SlurmQueryError as exc:
+            if exc.returncode is None:  # scancel could not run; its own refusal (job gone) is no error
+                raise airflow_error(exc) from exc
 
     def _wait_here(self, trigger: SlurmJobTrigger) -> Mapping[str, Any] | str:
         """Run the trigger in this task process (``deferrable=False``); its event as ``complete`` takes it."""

@@ -2,7 +2,9 @@
 
 The sweeper must fail closed: a sinfo that timed out or an scontrol that
 exited non-zero must never look like "no drained nodes" or "no jobs". So no
-method here returns partial data on error; parsing is left to ``parse``.
+method here returns partial data on error; parsing is left to ``parse`` and
+``jobs``. The same goes for jobs: an squeue that failed must never look like
+"no live job of that name", or a caller would submit a duplicate.
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ import subprocess
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from megahour.slurm.jobs import (
+    LiveJob,
+    check_sbatch_args,
+    parse_sbatch_job_id,
+    parse_squeue_jobs,
+    scancel_args,
+    squeue_by_name_args,
+)
 from megahour.slurm.parse import (
     RESERVATIONS_ARGS,
     SINFO_NODES_ARGS,
@@ -36,18 +46,33 @@ _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._\-]*")
 
 
 class SlurmQueryError(RuntimeError):
-    """A Slurm command failed: non-zero exit, timeout, or missing binary."""
+    """A Slurm command failed: non-zero exit, timeout, or missing binary.
 
-    def __init__(self, command: Sequence[str], stderr: str, message: str) -> None:
+    ``returncode`` is the command's exit status, or None when it did not run to the end (then
+    ``__cause__`` is the OSError or ``subprocess.TimeoutExpired``).
+    """
+
+    def __init__(
+        self, command: Sequence[str], stderr: str, message: str, returncode: int | None = None
+    ) -> None:
         self.command = list(command)
         self.stderr = stderr
         self.message = message
+        self.returncode = returncode
         detail = f": {stderr.strip()}" if stderr.strip() else ""
         super().__init__(f"`{' '.join(self.command)}` {message}{detail}")
 
 
+def slurm_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``env`` (default: this process's environment) with ``SLURM_TIME_FORMAT=standard``."""
+    base = dict(os.environ if env is None else env)
+    # ISO timestamps whatever the site's SLURM_TIME_FORMAT says; the parsers rely on it.
+    base["SLURM_TIME_FORMAT"] = "standard"
+    return base
+
+
 class SlurmClient:
-    """sinfo/squeue/scontrol with a per-call timeout."""
+    """sinfo/squeue/scontrol/sbatch/scancel with a per-call timeout."""
 
     def __init__(
         self,
@@ -57,10 +82,7 @@ class SlurmClient:
     ) -> None:
         self.runner = runner
         self.timeout = timeout
-        base = dict(os.environ if env is None else env)
-        # ISO timestamps whatever the site's SLURM_TIME_FORMAT says; the parsers rely on it.
-        base["SLURM_TIME_FORMAT"] = "standard"
-        self.env = base
+        self.env = slurm_env(env)
 
     def _run(self, args: Sequence[str]) -> str:
         argv = list(args)
@@ -87,7 +109,7 @@ class SlurmClient:
             proc.stderr if isinstance(proc.stderr, str) else (proc.stderr or b"").decode(errors="replace")
         )
         if proc.returncode != 0:
-            raise SlurmQueryError(argv, stderr, f"exited {proc.returncode}")
+            raise SlurmQueryError(argv, stderr, f"exited {proc.returncode}", proc.returncode)
         return stdout
 
     # Queries -----------------------------------------------------------------
@@ -101,7 +123,24 @@ class SlurmClient:
     def running_jobs(self) -> Parsed[RunningJob]:
         return parse_squeue_running(self._run(SQUEUE_RUNNING_ARGS))
 
+    def live_jobs(self, name: str) -> list[LiveJob]:
+        """The jobs named ``name`` that are live (``jobs.ATTACHABLE_STATES``), oldest first."""
+        return parse_squeue_jobs(self._run(squeue_by_name_args(name)))
+
     # Changes -----------------------------------------------------------------
+
+    def submit(self, argv: Sequence[str]) -> str:
+        """Run a prepared ``sbatch --parsable`` call (``jobs.sbatch_args``); the new job's id."""
+        check_sbatch_args(argv)
+        stdout = self._run(argv)
+        try:
+            return parse_sbatch_job_id(stdout)
+        except ValueError as exc:
+            raise SlurmQueryError(argv, "", str(exc), 0) from exc
+
+    def cancel(self, job_id: str | None = None, *, name: str | None = None) -> None:
+        """``scancel`` one job by id, or every job named ``name``."""
+        self._run(scancel_args(job_id, name=name))
 
     def drain(self, node: str, reason: str) -> None:
         _check_name(node, "node")
