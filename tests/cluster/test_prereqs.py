@@ -1,3 +1,5 @@
+import os
+
 from megahour.cluster import prereqs
 
 
@@ -25,8 +27,13 @@ def test_check_flags_a_missing_or_edited_dropin(tmp_path):
 def test_install_writes_the_dropin_atomically_and_idempotently(tmp_path):
     dropin = tmp_path / "containers.conf.d" / "50-megahour.conf"
     logged = []
-    prereqs.install(prereqs.PrereqReport(), log=logged.append, dropin=dropin)
+    old = os.umask(0o077)  # root's umask must not hide the settings from rootless podman users
+    try:
+        prereqs.install(prereqs.PrereqReport(), log=logged.append, dropin=dropin)
+    finally:
+        os.umask(old)
     assert dropin.read_text() == prereqs.DROPIN_TEXT
+    assert dropin.stat().st_mode & 0o777 == 0o644
     prereqs.install(prereqs.PrereqReport(), log=logged.append, dropin=dropin)
     assert len(logged) == 1  # the second run changed nothing
     assert list(dropin.parent.iterdir()) == [dropin]  # no temporary files left behind

@@ -90,7 +90,7 @@ def install(report: PrereqReport, log=print, dropin: Path = DROPIN_PATH) -> None
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
         subprocess.run(["apt-get", "install", "-y", "-q", *pkgs], check=True, env=env)
-    if atomic_write_text(dropin, DROPIN_TEXT):
+    if atomic_write_text(dropin, DROPIN_TEXT, 0o644):  # every user's podman reads it, whatever root's umask
         log(f"wrote podman settings to {dropin}")
 
 

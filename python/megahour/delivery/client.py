@@ -121,7 +121,8 @@ class CacheConfig:
         }
 
     def save(self, path: str | Path) -> None:
-        atomic_write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False))
+        # Every job user on the node reads it (the default is /etc/megahour/cache.yml).
+        atomic_write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False), 0o644)
 
     def object_key(self, storage_uri: str) -> str:
         """The episode's path below root_ufs (``BUCKET/KEY`` to the proxies' S3 API)."""

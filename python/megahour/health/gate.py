@@ -41,7 +41,8 @@ def record(
         **(extra or {}),
     }
     path = state / f"{name}.json"
-    atomic_write_text(path, json.dumps(payload, indent=2) + "\n")
+    # 0644 whatever the hook's umask: `megahour run` reads the verdicts as the job's user.
+    atomic_write_text(path, json.dumps(payload, indent=2) + "\n", 0o644)
     if config.metrics_dir:
         family = textfile.Family("megahour_health_check_ok", "1 when the check passed or warned, 0 otherwise")
         for verdict in verdicts:

@@ -11,6 +11,8 @@ from pathlib import Path
 
 from megahour.atomicio import atomic_write_text
 
+TEXTFILE_MODE = 0o644  # node_exporter reads the files as its own user
+
 
 @dataclass(frozen=True)
 class Sample:
@@ -56,5 +58,5 @@ def render(families: list[Family]) -> str:
 def write(directory: str | Path, name: str, families: list[Family]) -> Path:
     """Write ``<directory>/<name>.prom`` atomically and return its path."""
     path = Path(directory) / f"{name}.prom"
-    atomic_write_text(path, render(families))
+    atomic_write_text(path, render(families), TEXTFILE_MODE)
     return path

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from megahour.atomicio import atomic_write_text
+from megahour.metrics import textfile
 from megahour.slurm.client import SlurmClient, SlurmQueryError
 from megahour.slurm.parse import NodeState
 from megahour.sweep.metrics import render_metrics
@@ -148,7 +149,7 @@ def _write_metrics(metrics_path: Path | None, text: str, warnings: list[str]) ->
     if metrics_path is None:
         return
     try:
-        atomic_write_text(Path(metrics_path), text)
+        atomic_write_text(Path(metrics_path), text, textfile.TEXTFILE_MODE)
     except OSError as exc:
         warnings.append(f"could not write metrics {metrics_path}: {exc}")
 
