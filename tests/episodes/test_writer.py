@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import fsspec
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -155,3 +158,30 @@ def test_cli_simulate_writes_a_raw_episode(tmp_path, capsys) -> None:
     assert len(cameras) == 4 and all(report["topics"][t] == 15 for t in cameras)
     with EpisodeReader(out) as reader:
         assert reader.index.channels["/camera/scene/image"].schema == "foxglove.CompressedImage"
+
+
+def test_episodes_get_the_umask_mode_or_the_one_asked_for(tmp_path: Path) -> None:
+    topics = {"/events": TopicSpec("/events", "log", 1.0)}
+    chunks = [mcapio.PlannedChunk([("/events", Message(1, b"{}"))])]
+    old = os.umask(0o022)
+    try:
+        mcapio.write_episode(tmp_path / "default.mcap", topics, chunks)  # not mkstemp's 0600
+        mcapio.write_episode(tmp_path / "shared.mcap", topics, chunks, mode=0o640)
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "default.mcap").stat().st_mode) == 0o644
+    assert stat.S_IMODE((tmp_path / "shared.mcap").stat().st_mode) == 0o640
+
+
+def test_a_failing_episode_write_leaves_the_old_file_and_nothing_else(tmp_path: Path) -> None:
+    path = tmp_path / "e.mcap"
+    path.write_bytes(b"the old episode")
+
+    def chunks():
+        yield mcapio.PlannedChunk([("/events", Message(1, b"{}"))])
+        raise RuntimeError("the transcoder died")
+
+    topics = {"/events": TopicSpec("/events", "log", 1.0)}
+    with pytest.raises(RuntimeError, match="died"):
+        mcapio.write_episode(path, topics, chunks())
+    assert path.read_bytes() == b"the old episode" and [p.name for p in tmp_path.iterdir()] == ["e.mcap"]

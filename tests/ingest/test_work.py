@@ -100,15 +100,16 @@ def test_a_killed_transcode_and_upload_leave_nothing_partial_on_retry(fresh, war
     # What a SIGKILL mid-write leaves: a temporary beside the staged output, and one under .incoming.
     run.staging.mkdir(parents=True)
     victim = episodes[0].episode_id
-    (run.staging / f".{victim}.mcap.abc123.partial").write_bytes(b"half")
+    (run.staging / f".{victim}.mcap.0123456789ab.tmp").write_bytes(b"half")
     incoming = tmp_path / "storage" / ".incoming"
     incoming.mkdir(parents=True, exist_ok=True)
     first = work.execute("transcode", run_dir, 0, config=config, warehouse=warehouse)
-    assert not list(run.staging.glob("*.partial"))
+    assert not list(run.staging.glob(".*.tmp"))
     again = work.execute("transcode", run_dir, 0, config=config, warehouse=warehouse)  # the retry
     assert [e["episode_id"] for e in again["done"]] == [e["episode_id"] for e in first["done"]]
     digest = object_store.sha256_of(run.staging / f"{victim}.mcap")
-    (incoming / f"episodes__{victim}.mcap.{digest[:16]}").write_bytes(b"half an upload")
+    (incoming / f"episodes__{victim}.mcap.{digest[:16]}.0123456789ab.tmp").write_bytes(b"half an upload")
+    (incoming / f"episodes__{victim}.mcap.{digest[:16]}").write_bytes(b"left by an older version")
     work.execute("upload", run_dir, 0, config=config, warehouse=warehouse)
     work.execute("upload", run_dir, 0, config=config, warehouse=warehouse)
     assert list(incoming.iterdir()) == []

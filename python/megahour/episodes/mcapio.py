@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import struct
-import tempfile
 import threading
 import zlib
 from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -25,6 +22,7 @@ from mcap.records import Channel, ChunkIndex, Footer, Metadata, Schema, Statisti
 from mcap.stream_reader import MAGIC_SIZE, StreamReader
 from mcap.writer import CompressionType, IndexType, Writer
 
+from megahour.atomicio import atomic_writer
 from megahour.episodes import schemas
 from megahour.episodes.errors import CorruptEpisodeError, TimestampOrderError, UnknownSchemaError
 from megahour.episodes.model import SCHEMA_FOR_KIND, Message, Recording, TopicSpec
@@ -95,31 +93,18 @@ class ChunkWriter:
         self._writer.finish()
 
 
-@contextmanager
-def atomic_output(path: str | Path) -> Iterator[io.BufferedWriter]:
-    """Write to a temporary file beside ``path`` and rename it over ``path`` only on success."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_episode(
     path: str | Path,
     topics: dict[str, TopicSpec],
     chunks: Iterable[PlannedChunk],
     metadata: dict[str, dict[str, str]] | None = None,
+    mode: int | None = None,
 ) -> int:
-    """Write the planned chunks (then metadata) atomically; returns the file size."""
-    with atomic_output(path) as handle:
+    """Write the planned chunks (then metadata) atomically; returns the file size.
+
+    ``mode``: the file's permission bits; default 0o666 less the umask (``atomicio.atomic_writer``).
+    """
+    with atomic_writer(path, mode) as handle:
         writer = ChunkWriter(handle, topics)
         for chunk in chunks:
             writer.write_chunk(chunk)

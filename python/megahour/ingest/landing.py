@@ -7,17 +7,19 @@ interrupted upload leaves a file, so ingestion must quarantine them.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from megahour.atomicio import atomic_write_bytes
 from megahour.episodes import mcapio, sim
 
 LABELS_METADATA = mcapio.EPISODE_METADATA
 LABEL_KEYS = ("robot", "embodiment", "task", "site", "operator")
+# The landing zone is shared: the ingest service user reads what robots upload.
+LANDED_MODE = 0o644
 CAMERA_SETS = {"small": sim.SMALL_CAMERAS, "default": sim.DEFAULT_CAMERAS}
 
 
@@ -72,8 +74,8 @@ def write_landing(
         recording = sim.simulate(config)
         path = dest / f"{config.resolved_episode_id}.mcap"
         metadata = {LABELS_METADATA: {"episode_id": config.resolved_episode_id, **episode_labels(i)}}
-        mcapio.write_episode(path, recording.topics, mcapio.per_topic_chunks(recording.messages), metadata)
-        os.chmod(path, 0o644)  # the landing zone is shared: the ingest service user reads what robots upload
+        chunks = mcapio.per_topic_chunks(recording.messages)
+        mcapio.write_episode(path, recording.topics, chunks, metadata, mode=LANDED_MODE)
         broken = i >= count - corrupt
         if broken:
             _truncate(path)
@@ -86,7 +88,4 @@ def write_landing(
 def _truncate(path: Path) -> None:
     """Cut the file to 60 % (an interrupted upload), through a rename so no reader sees it mid-cut."""
     data = path.read_bytes()
-    tmp = path.with_name(f".{path.name}.cut")
-    tmp.write_bytes(data[: int(len(data) * 0.6)])
-    os.chmod(tmp, 0o644)
-    os.replace(tmp, path)
+    atomic_write_bytes(path, data[: int(len(data) * 0.6)], mode=LANDED_MODE)

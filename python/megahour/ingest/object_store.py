@@ -2,22 +2,23 @@
 
 The store is a folder tree on the shared filesystem (the local cluster's /srv/megahour/storage; an
 object-store mount elsewhere). Bytes are first written under ``.incoming/`` (which readers never list),
-fsynced, then renamed into place. A retried upload after a kill finds either nothing, a stale
-``.incoming`` file it removes, or the finished object with the same digest, which it leaves alone.
+fsynced, then renamed into place (``atomicio.atomic_writer``). A retried upload after a kill finds either
+nothing, stale ``.incoming`` files of the same key and digest, which it removes, or the finished object
+with the same digest, which it leaves alone.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from megahour.atomicio import fsync_dir
+from megahour import atomicio
 
 INCOMING = ".incoming"
 CHUNK = 4 << 20
+OBJECT_MODE = 0o644  # readers of the store (trainers, the cache tier) are other users
 
 
 @dataclass(frozen=True)
@@ -48,19 +49,13 @@ def put(source: Path, storage_root: Path, key: str) -> PutResult:
     if dest.exists() and dest.stat().st_size == size and sha256_of(dest) == digest:
         return PutResult(str(dest), dest.as_uri(), size, digest, copied=False)
     incoming = storage_root / INCOMING
-    incoming.mkdir(parents=True, exist_ok=True)
-    tmp = incoming / f"{key.replace('/', '__')}.{digest[:16]}"
-    tmp.unlink(missing_ok=True)  # left by an upload that was killed part-way
-    try:
-        with open(source, "rb") as src, open(tmp, "wb") as out:
-            shutil.copyfileobj(src, out, CHUNK)
-            out.flush()
-            os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        os.replace(tmp, dest)
-        fsync_dir(dest.parent)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    tag = f"{key.replace('/', '__')}.{digest[:16]}"
+    # Left by an upload of the same object that was killed part-way (the bare tag: by older versions).
+    atomicio.discard_temps(dest, temp_dir=incoming, temp_prefix=f"{tag}.")
+    (incoming / tag).unlink(missing_ok=True)
+    with (
+        open(source, "rb") as src,
+        atomicio.atomic_writer(dest, OBJECT_MODE, temp_dir=incoming, temp_prefix=f"{tag}.") as out,
+    ):
+        shutil.copyfileobj(src, out, CHUNK)
     return PutResult(str(dest), dest.as_uri(), size, digest, copied=True)

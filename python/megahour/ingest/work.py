@@ -16,7 +16,6 @@ import errno
 import io
 import itertools
 import json
-import os
 import re
 import time
 import urllib.parse
@@ -24,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from megahour.atomicio import atomic_write_text
+from megahour.atomicio import atomic_write_bytes, atomic_write_text, discard_temps
 from megahour.curation import episodes_table, schema
 from megahour.curation.warehouse import Warehouse, open_warehouse
 from megahour.episodes import mcapio
@@ -331,8 +330,7 @@ def transcode_batch(ctx: StepContext, batch: int) -> dict:
         episode_id = episode["episode_id"]
         out = ctx.run.staging / f"{episode_id}.mcap"
         report_path = ctx.run.staging / f"{episode_id}.json"
-        for stale in ctx.run.staging.glob(f".{out.name}.*.partial"):
-            stale.unlink(missing_ok=True)  # a transcode killed part-way; the retry starts it over
+        discard_temps(out)  # a transcode killed part-way; the retry starts it over
         if out.exists() and report_path.exists():
             report = json.loads(report_path.read_text())
         else:
@@ -437,7 +435,7 @@ def previews(ctx: StepContext, batch: int) -> dict:
             jpeg = schemas.decode_payload(camera.schema, first)
             name = camera.topic.strip("/").replace("/", "_")
             target = ctx.storage / "previews" / episode["episode_id"] / f"{name}.jpg"
-            _atomic_bytes(target, jpeg)
+            atomic_write_bytes(target, jpeg, object_store.OBJECT_MODE)  # read by people and tools
             written += 1
     return {"previews": written}
 
@@ -462,17 +460,10 @@ def qc(ctx: StepContext, batch: int) -> dict:
             "duration_s": episode["duration_s"],
             "cameras": cameras,
         }
-        atomic_write_text(
-            ctx.storage / "qc" / f"{episode['episode_id']}.json", json.dumps(record, sort_keys=True)
-        )
+        qc_path = ctx.storage / "qc" / f"{episode['episode_id']}.json"
+        atomic_write_text(qc_path, json.dumps(record, sort_keys=True), object_store.OBJECT_MODE)
         metrics.append(record)
     return {"qc": len(metrics)}
-
-
-def _atomic_bytes(path: Path, data: bytes) -> None:
-    with mcapio.atomic_output(path) as handle:
-        handle.write(data)
-        os.fchmod(handle.fileno(), 0o644)  # previews are read by people and tools, not only by us
 
 
 def summary(ctx: StepContext) -> dict:
