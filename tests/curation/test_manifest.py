@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import struct
 import warnings
 
@@ -179,7 +180,7 @@ def test_a_damaged_source_is_never_published(built, tmp_path) -> None:
     dest = tmp_path / "node" / "m.arrow"
     with pytest.raises(ManifestError, match=r"in 2 attempts: .*content hash"):
         fetch.fetch(str(bad), dest, attempts=2)
-    assert not dest.exists() and not dest.with_name("m.arrow.part").exists()
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["m.arrow.lock"]  # no temporary, no stamp
 
 
 def test_a_damaged_download_is_fetched_again(built, tmp_path, monkeypatch) -> None:
@@ -212,9 +213,12 @@ def test_a_leftover_partial_download_is_replaced(built, tmp_path) -> None:
     path, _ = built
     dest = tmp_path / "node" / "m.arrow"
     dest.parent.mkdir(parents=True)
-    dest.with_name("m.arrow.part").write_bytes(b"ARROW1 truncated by a killed fetch")
+    dest.with_name(".m.arrow.0123456789ab.tmp").write_bytes(b"ARROW1 truncated by a killed fetch")
+    dest.with_name(".m.arrow.verified.0123456789ab.tmp").write_bytes(b'{"half')
+    dest.with_name("m.arrow.part").write_bytes(b"ARROW1 where older versions downloaded")
     assert fetch.fetch(str(path), dest).downloaded
     assert dest.read_bytes() == path.read_bytes()
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["m.arrow", "m.arrow.lock", "m.arrow.verified"]
 
 
 def test_not_a_manifest_is_named(tmp_path) -> None:
@@ -295,6 +299,18 @@ def test_manifest_and_stamp_are_readable_by_other_users(built) -> None:
     fetch.mark_verified(path)
     assert path.stat().st_mode & 0o777 == 0o644
     assert fetch.stamp_path(path).stat().st_mode & 0o777 == 0o644
+
+
+def test_a_fetch_under_a_strict_umask_still_publishes_for_other_users(built, tmp_path) -> None:
+    path, _ = built
+    dest = tmp_path / "node" / "m.arrow"
+    old = os.umask(0o077)  # a root prolog's
+    try:
+        assert fetch.fetch(str(path), dest, parallel=4, part_bytes=4096).downloaded
+    finally:
+        os.umask(old)
+    assert dest.stat().st_mode & 0o777 == 0o644
+    assert fetch.stamp_path(dest).stat().st_mode & 0o777 == 0o644
 
 
 def test_the_hash_covers_the_schema_as_well_as_the_rows(built) -> None:

@@ -1,10 +1,11 @@
 """`megahour manifest fetch`: once per node, download a manifest to local disk, verify it, publish it.
 
-- Parallel ranged reads (local paths, http:// and fsspec URLs) into ``DEST.part``, written in place.
+- Parallel ranged reads (local paths, http:// and fsspec URLs), written with ``pwrite`` into one
+  temporary file beside ``DEST`` (``atomicio.atomic_writer``).
 - The embedded content hash and row count are recomputed; a mismatch or a short download deletes the
-  partial file and downloads again (``attempts`` in all), so a trainer never opens a damaged file.
-- Only then is the file renamed onto ``DEST`` and a stamp ``DEST.verified`` written (both atomic). The
-  loader refuses a manifest whose stamp is missing or does not match the file.
+  temporary file and downloads again (``attempts`` in all), so a trainer never opens a damaged file.
+- Only then is the file renamed onto ``DEST`` and a stamp ``DEST.verified`` written (both atomic and
+  durable). The loader refuses a manifest whose stamp is missing or does not match the file.
 - Every rank may call it: a lock file lets one process download while the others wait, and a current,
   verified copy is not downloaded again.
 """
@@ -15,7 +16,6 @@ import fcntl
 import json
 import os
 import struct
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +25,7 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from megahour import atomicio
 from megahour.curation import manifest
 from megahour.curation.errors import ManifestError
 from megahour.episodes.errors import EpisodeError
@@ -32,6 +33,8 @@ from megahour.episodes.source import RangeSource, open_source
 
 PART_BYTES = 16 << 20
 STAMP_SUFFIX = ".verified"
+# Ranks may run as another user than the fetch (a root prolog): the manifest and its stamp are 0644.
+FETCHED_MODE = 0o644
 
 
 @dataclass(frozen=True)
@@ -62,12 +65,7 @@ def write_stamp(path: Path, info: manifest.ManifestInfo, source: str) -> None:
         "source": source,
         "verified_at": time.time(),
     }
-    target = stamp_path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=path.parent)
-    os.fchmod(fd, 0o644)  # ranks may run as another user than the fetch (a root prolog)
-    with os.fdopen(fd, "w") as handle:
-        json.dump(record, handle)
-    os.replace(tmp, target)
+    atomicio.atomic_write_text(stamp_path(path), json.dumps(record), FETCHED_MODE)
 
 
 def check_stamp(path: Path, info: manifest.ManifestInfo) -> None:
@@ -128,31 +126,27 @@ class _SchemaOnly:
         self.schema = schema
 
 
-def _download(source: RangeSource, part: Path, parallel: int, part_bytes: int, progress) -> int:
+def _download(source: RangeSource, fd: int, parallel: int, part_bytes: int, progress) -> int:
+    """Fill the empty file open on ``fd`` with ``source``, ``parallel`` ranges at once; returns how many."""
     size = source.size
     ranges = [(offset, min(part_bytes, size - offset)) for offset in range(0, size, part_bytes)]
-    fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     done = 0
-    try:
-        os.ftruncate(fd, size)
+    os.ftruncate(fd, size)
 
-        def one(item: tuple[int, int]) -> int:
-            offset, length = item
-            data = source.read_range(offset, length)
-            view = memoryview(data)
-            written = 0
-            while written < length:
-                written += os.pwrite(fd, view[written:], offset + written)
-            return length
+    def one(item: tuple[int, int]) -> int:
+        offset, length = item
+        data = source.read_range(offset, length)
+        view = memoryview(data)
+        written = 0
+        while written < length:
+            written += os.pwrite(fd, view[written:], offset + written)
+        return length
 
-        with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="manifest-fetch") as pool:
-            for length in pool.map(one, ranges):
-                done += length
-                if progress:
-                    progress(done, size)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="manifest-fetch") as pool:
+        for length in pool.map(one, ranges):
+            done += length
+            if progress:
+                progress(done, size)
     return len(ranges)
 
 
@@ -201,26 +195,26 @@ def fetch(
                         return result(local, parts=0, downloaded=False, attempts=0)
                 except ManifestError:
                     pass  # damaged, unverified or another manifest: download it again
-            part = dest.with_name(dest.name + ".part")
+            # Under the lock no other fetch is writing: whatever a killed one left can go (``DEST.part``:
+            # the name older versions downloaded into).
+            atomicio.discard_temps(dest)
+            atomicio.discard_temps(stamp_path(dest))
+            dest.with_name(dest.name + ".part").unlink(missing_ok=True)
             last_error: Exception | None = None
             for attempt in range(1, attempts + 1):
                 try:
-                    parts = _download(source, part, parallel, part_bytes, progress)
-                    info = manifest.verify(part)
-                    if info.content_sha256 != wanted.content_sha256:
-                        raise ManifestError(f"{source_url} changed while it was downloading")
-                except Exception as exc:  # any transport or parse failure: the partial copy goes, retry
+                    # pwrite() goes straight to the file descriptor: nothing sits in the writer's buffer.
+                    # Any exception (interrupts too) removes the temporary and leaves DEST as it was.
+                    with atomicio.atomic_writer(dest, FETCHED_MODE) as part:
+                        parts = _download(source, part.fileno(), parallel, part_bytes, progress)
+                        info = manifest.verify(Path(part.name))
+                        if info.content_sha256 != wanted.content_sha256:
+                            raise ManifestError(f"{source_url} changed while it was downloading")
+                        stamp_path(dest).unlink(missing_ok=True)  # never a stamp that describes another file
+                except Exception as exc:  # any transport or parse failure: the partial copy is gone, retry
                     last_error = exc
-                    part.unlink(missing_ok=True)
                     continue
-                except BaseException:  # interrupted: leave nothing half-written behind either
-                    part.unlink(missing_ok=True)
-                    raise
-                stamp_path(dest).unlink(missing_ok=True)  # never a stamp that describes another file
-                os.chmod(part, 0o644)
-                os.replace(part, dest)
                 write_stamp(dest, info, source_url)
-                manifest.fsync_dir(dest.parent)
                 return result(info, parts=parts, downloaded=True, attempts=attempt)
             raise ManifestError(
                 f"could not fetch a verified copy of {source_url} in {attempts} attempts: {last_error}"

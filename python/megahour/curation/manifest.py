@@ -16,8 +16,6 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
-import os
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -27,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 
-from megahour.atomicio import fsync_dir
+from megahour.atomicio import atomic_writer
 from megahour.curation import slicing
 from megahour.curation.errors import EmptySelectionError, ManifestError
 
@@ -146,24 +144,13 @@ def write_manifest(
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
     schema = table.schema.with_metadata({METADATA_KEY: json.dumps(info.to_dict()).encode()})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.fchmod(fd, 0o644)  # readable by the job user and by whatever serves it (mkstemp makes 0600)
-    os.close(fd)
-    try:
-        with (
-            pa.OSFile(tmp, "wb") as sink,
-            ipc.new_file(sink, schema, options=ipc.IpcWriteOptions(compression=None)) as writer,
-        ):
-            for batch in batches:
-                writer.write_batch(batch)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-        fsync_dir(path.parent)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    # Readable by the job user and by whatever serves it, whoever built it.
+    with (
+        atomic_writer(path, 0o644) as handle,
+        ipc.new_file(handle, schema, options=ipc.IpcWriteOptions(compression=None)) as writer,
+    ):
+        for batch in batches:
+            writer.write_batch(batch)
     return info
 
 
