@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -126,10 +127,15 @@ def test_a_racing_writer_makes_us_take_the_next_index(tmp_path, monkeypatch):
 def test_failure_leaves_no_temporary_directory(tmp_path, monkeypatch):
     job = tmp_path / "42"
 
-    def broken_rename(src, dst):
-        raise PermissionError(13, "Permission denied")
+    real_replace = os.replace
 
-    monkeypatch.setattr(traces.os, "rename", broken_rename)
+    def broken_rename(src, dst):
+        # The files inside the temporary directory are written; the directory's own rename fails.
+        if Path(src).is_dir():
+            raise PermissionError(13, "Permission denied")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", broken_rename)
     with pytest.raises(PermissionError):
         write_attempt(job, _record(), {}, [])
     assert list(job.iterdir()) == []

@@ -1,8 +1,10 @@
 """Attempt directories: ``<trace_root>/<jobid>/attempt-<k>/`` with what is needed to debug a failure.
 
-Each directory is built under a hidden temporary name and renamed into place, so a reader (or
-the next attempt counting directories) never sees a half-written one, and a wrapper killed
-mid-write leaves only a ``.attempt-*.tmp-*`` directory that no one mistakes for an attempt.
+Each directory is built under a hidden temporary name and renamed into place (``atomicio.publish``),
+so a reader (or the next attempt counting directories) never sees a half-written one, and a wrapper
+killed mid-write leaves only a ``.attempt-*.tmp-*`` directory that no one mistakes for an attempt.
+Every file and rename is fsynced: the traces matter most when the node is about to crash or be
+rebooted.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from megahour import atomicio
 from megahour.job_contract import attempt_dir_name, next_attempt_index
 from megahour.run.policy import Decision
 
@@ -87,16 +90,17 @@ def write_attempt(
     shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an earlier wrapper with our pid
     tmp.mkdir()
     try:
-        _write(tmp / "env.json", json.dumps(redact_env(env), indent=2, sort_keys=True) + "\n")
-        _write(tmp / "log-tail.txt", "".join(line + "\n" for line in log_tail))
+        write = atomicio.atomic_write_text
+        write(tmp / "env.json", json.dumps(redact_env(env), indent=2, sort_keys=True) + "\n")
+        write(tmp / "log-tail.txt", "".join(line + "\n" for line in log_tail))
         health = _read_health(env.get(HEALTH_VERDICTS_ENV))
         if health is not None:
-            _write(tmp / "health.json", health)
+            write(tmp / "health.json", health)
         while True:
-            _write(tmp / "meta.json", json.dumps(record.to_meta(index), indent=2) + "\n")
+            write(tmp / "meta.json", json.dumps(record.to_meta(index), indent=2) + "\n")
             final = job_dir / attempt_dir_name(index)
             try:
-                os.rename(tmp, final)
+                atomicio.publish(tmp, final)
             except OSError as exc:
                 # rename(2) onto an existing non-empty directory fails with one of these; attempt
                 # directories are never empty, so this means another writer took the index.
@@ -104,7 +108,6 @@ def write_attempt(
                     raise
                 index = max(index + 1, next_attempt_index(os.listdir(job_dir)))
                 continue
-            _fsync_dir(job_dir)
             return final
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -118,19 +121,3 @@ def _read_health(path: str | None) -> str | None:
         return Path(path).read_text(errors="replace")
     except OSError:
         return None  # no readable verdicts on this node: the rest of the trace still matters
-
-
-def _write(path: Path, text: str) -> None:
-    # fsync: the traces matter most when the node is about to crash or be rebooted.
-    with open(path, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
