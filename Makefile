@@ -20,7 +20,7 @@ DEPLOY_VARS := $(if $(TRAIN),-e runtime_train=true)
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-venv: $(VENV)/.installed ## Create .venv with the pinned toolchain and megahour itself
+venv: $(VENV)/.installed $(VENV)/.collections ## Create .venv with the pinned toolchain, collections and megahour
 
 $(VENV)/.installed: pyproject.toml
 	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null; then \
@@ -31,6 +31,13 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+# The collections requirements.yml pins: compares what ansible loads (ansible.cfg's collections_path, then the
+# venv's ansible package) with the pins and runs `ansible-galaxy collection install` only for those missing or
+# at another version, into .cache/collections. With the pinned ansible package nothing is downloaded.
+$(VENV)/.collections: requirements.yml $(VENV)/.installed
+	$(BIN)/python -m megahour.deploy.collection_pins --requirements requirements.yml --install
 	touch $@
 
 prereqs: venv ## Install podman, runc, debootstrap and podman settings (root on Debian/Ubuntu)
