@@ -38,7 +38,9 @@ findings:
   type: list
   elements: dict
 messages:
-  description: The findings rendered as one line each.
+  description:
+    - One line per distinct problem. Findings that many hosts share (same variable, message and fix)
+      are one line naming all those hosts.
   returned: always
   type: list
   elements: str
@@ -55,7 +57,7 @@ def main():
     module.exit_json(
         changed=False,
         findings=[f.to_dict() for f in findings],
-        messages=[f.render() for f in findings],
+        messages=validate.render_grouped(findings),
     )
 
 

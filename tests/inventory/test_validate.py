@@ -1,7 +1,8 @@
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from megahour.inventory.validate import validate
+from megahour.inventory.validate import group_findings, host_ranges, render_grouped, validate
 
 GOOD_NODE = {
     "megahour_gpu": {"model": "h100", "count": 8},
@@ -116,5 +117,54 @@ json_values = st.recursive(
 )
 def test_validate_never_crashes_and_every_finding_has_a_fix(groups, hostvars):
     hosts = {h: hostvars for hs in groups.values() for h in hs}
-    for finding in validate({"groups": groups, "hosts": hosts}):
+    findings = validate({"groups": groups, "hosts": hosts})
+    for finding in findings:
         assert finding.variable and finding.message and finding.fix
+    # Grouping for people loses no finding and repeats none.
+    groups_ = group_findings(findings)
+    expanded = {(g.variable, g.message, g.fix, h) for g in groups_ for h in (g.hosts or (None,))}
+    assert expanded == {(f.variable, f.message, f.fix, f.host) for f in findings}
+    assert len({(g.variable, g.message, g.fix) for g in groups_}) == len(groups_)
+
+
+def test_findings_many_hosts_share_group_into_one_line_naming_them() -> None:
+    hosts = [f"gpu{i:03d}" for i in range(1, 9)]
+    findings = validate(
+        snapshot(groups={"controller": ["head"], "compute": hosts}, megahour_fabric={"type": "roce"})
+    )
+    assert len(findings) == 8  # still one finding per host
+    (group,) = group_findings(findings)
+    assert group.hosts == tuple(hosts)
+    assert render_grouped(findings) == [
+        "megahour_fabric.interface (8 hosts: gpu[001-008]): a roce fabric needs its interface name. "
+        "Fix: set megahour_fabric.interface to the NIC NCCL should use (for example ib0 or ens8f0)"
+    ]
+
+
+def test_a_group_of_one_renders_as_the_finding_does() -> None:
+    findings = validate(
+        snapshot(groups={"controller": ["head"], "compute": ["gpu1"]}, megahour_fabric={"type": "x"})
+    )
+    findings += validate(snapshot(groups={"compute": ["gpu1"]}))[:1]  # no controller group: no host
+    assert render_grouped(findings) == [f.render() for f in findings]
+
+
+def test_different_messages_stay_apart() -> None:
+    snap = snapshot(groups={"controller": ["head"], "compute": ["a1", "a2"]})
+    snap["hosts"]["a1"]["megahour_gpu"] = {"model": "h100", "count": 6}
+    snap["hosts"]["a2"]["megahour_gpu"] = {"model": "h100", "count": 3}
+    assert [g.hosts for g in group_findings(validate(snap))] == [("a1",), ("a2",)]
+
+
+@pytest.mark.parametrize(
+    "hosts,expected",
+    [
+        (["gpu001", "gpu002", "gpu003", "gpu005"], "gpu[001-003,005]"),
+        (["gpu-1", "gpu-2", "gpu-10"], "gpu-[1-2],gpu-10"),
+        (["head", "gpu7"], "head,gpu7"),
+        (["b2", "a1", "b1"], "b[1-2],a1"),
+        (["n01", "n01", "n02"], "n[01-02]"),
+    ],
+)
+def test_host_ranges(hosts, expected) -> None:
+    assert host_ranges(hosts) == expected

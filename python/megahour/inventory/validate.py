@@ -2,12 +2,15 @@
 
 A snapshot is ``{"groups": {name: [hosts]}, "hosts": {host: {var: value}}}``:
 the groups and each host's ``megahour_*`` variables, as Ansible resolves them.
-Each finding names the variable, the host where it applies, and the fix.
+Each finding names the variable, the host where it applies, and the fix. ``group_findings`` folds the
+findings many hosts share (same variable, message and fix) into one, for the lines people read; the
+findings themselves stay one per host.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -34,6 +37,80 @@ class Finding:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class FindingGroup:
+    """One problem and every host that has it (none for an inventory-wide problem)."""
+
+    variable: str
+    message: str
+    fix: str
+    hosts: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        if not self.hosts:
+            where = ""
+        elif len(self.hosts) == 1:
+            where = f" (host {self.hosts[0]})"
+        else:
+            where = f" ({len(self.hosts)} hosts: {host_ranges(self.hosts)})"
+        return f"{self.variable}{where}: {self.message}. Fix: {self.fix}"
+
+
+def group_findings(findings: Iterable[Finding]) -> list[FindingGroup]:
+    """Findings with the same variable, message and fix as one group each, in first-seen order."""
+    hosts: dict[tuple[str, str, str], list[str]] = {}
+    for f in findings:
+        seen = hosts.setdefault((f.variable, f.message, f.fix), [])
+        if f.host is not None and f.host not in seen:
+            seen.append(f.host)
+    return [FindingGroup(variable, message, fix, tuple(h)) for (variable, message, fix), h in hosts.items()]
+
+
+def render_grouped(findings: Iterable[Finding]) -> list[str]:
+    """One line per distinct problem, naming all the hosts that have it."""
+    return [group.render() for group in group_findings(findings)]
+
+
+_NUMBERED = re.compile(r"^(.*?)([0-9]+)$")
+
+
+def host_ranges(hosts: Sequence[str]) -> str:
+    """Host names as a Slurm-style host list: ``gpu[001-004,009],head01``. Names ending in digits
+    share brackets when they have the same prefix and digit count; the others are listed as they are."""
+    numbers: dict[tuple[str, int], list[int]] = {}
+    order: list[str | tuple[str, int]] = []
+    for host in hosts:
+        m = _NUMBERED.match(host)
+        if m is None:
+            order.append(host)
+            continue
+        key = (m.group(1), len(m.group(2)))
+        if key not in numbers:
+            numbers[key] = []
+            order.append(key)
+        numbers[key].append(int(m.group(2)))
+    parts = []
+    for item in order:
+        if isinstance(item, str):
+            parts.append(item)
+            continue
+        prefix, width = item
+        values = sorted(set(numbers[item]))
+        if len(values) == 1:
+            parts.append(f"{prefix}{values[0]:0{width}d}")
+            continue
+        spans, start, prev = [], values[0], values[0]
+        for value in [*values[1:], None]:
+            if value is not None and value == prev + 1:
+                prev = value
+                continue
+            spans.append(f"{start:0{width}d}" if start == prev else f"{start:0{width}d}-{prev:0{width}d}")
+            if value is not None:
+                start = prev = value
+        parts.append(f"{prefix}[{','.join(spans)}]")
+    return ",".join(parts)
 
 
 def validate(snapshot: dict[str, Any]) -> list[Finding]:
