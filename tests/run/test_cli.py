@@ -1,19 +1,23 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 
 import pytest
 
-from megahour.run.cli import configure_parser, run_command
+import megahour.run.cli as run_cli
+from megahour import cliutil
+from megahour.cli import build_parser
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    # Mounted the way the top-level `megahour` parser mounts subcommands.
-    parser = argparse.ArgumentParser(prog="megahour")
-    sub = parser.add_subparsers(dest="command", required=True)
-    configure_parser(sub.add_parser("run"))
-    return parser.parse_args(["run", *argv])
+    # Mounted by the top-level `megahour` parser, as `megahour run ...` is.
+    return build_parser().parse_args(["run", *argv])
+
+
+def run_command(args: argparse.Namespace) -> int:
+    return cliutil.dispatch(args)
 
 
 def test_defaults():
@@ -21,6 +25,7 @@ def test_defaults():
     assert (args.max_restarts, args.requeue_exit, args.app_error_exit) == (3, 85, 86)
     assert (args.trace_root, args.checkpoint_dir) == (None, None)
     assert args.command == "run"  # the subcommand name is not clobbered by the step
+    assert args.func.__module__ == run_cli.__name__
 
 
 def test_the_step_keeps_its_own_flags():
@@ -58,3 +63,18 @@ def test_runs_the_step_with_flags_and_environment(tmp_path, monkeypatch, capfd):
     assert run_command(args) == 99
     assert (tmp_path / "from-env" / "77" / "attempt-0" / "meta.json").is_file()
     assert "megahour run: app_error:" in capfd.readouterr().err
+
+
+def test_help_lists_the_exit_codes_slurm_acts_on(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "200")
+    with pytest.raises(SystemExit):
+        _parse(["--help"])
+    out = capsys.readouterr().out
+    epilog = out.split("exit codes:\n", 1)[1]
+    entries = {
+        m[1]: " ".join(m[2].split()) for m in re.finditer(r"^  (\d+) +(.*?)(?=^  \d|\Z)", epilog, re.M | re.S)
+    }
+    assert "the step succeeded" in entries["0"] and "usage error" in entries["2"]
+    assert "Slurm requeues the job" in entries["85"] and "application error" in entries["86"]
+    assert "Ctrl-C" in entries["130"]
+    assert "(default: 85)" in out and "(default: 86)" in out and "(default: 3)" in out

@@ -1,26 +1,47 @@
-"""Arguments of `megahour run`; the top-level `megahour` parser mounts them as a subcommand."""
+"""`megahour run`: the job-step wrapper Slurm jobs run their training step under."""
 
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
+from megahour import cliutil
 from megahour.job_contract import CHECKPOINT_DIR_ENV
-from megahour.run.policy import ExitContract, RetryBudget
-from megahour.run.progress import resolve_checkpoint_dir
-from megahour.run.traces import DEFAULT_TRACE_ROOT, TRACE_ROOT_ENV, resolve_trace_root
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 USAGE_HINT = "megahour run -- python train.py"
 
 
-def configure_parser(p: argparse.ArgumentParser) -> None:
+def register(subparsers: cliutil.Subparsers) -> None:
+    from megahour.run.policy import INTERRUPTED_EXIT, ExitContract
+    from megahour.run.traces import DEFAULT_TRACE_ROOT, TRACE_ROOT_ENV
+
+    contract = ExitContract()
+    p = cliutil.add_command(
+        subparsers,
+        "run",
+        _cmd_run,
+        help="run a job step: restart in place on transient failures, requeue past budget",
+        exits={
+            0: "the step succeeded",
+            2: "usage error: a bad option, or no command after --; nothing ran",
+            contract.requeue_exit: "(--requeue-exit) transient failures past the restart budget, or SIGTERM: "
+            "Slurm requeues the job (slurm.conf RequeueExit)",
+            contract.app_error_exit: "(--app-error-exit) the step failed with an application error "
+            "(including a command that cannot start): no restart, no requeue",
+            INTERRUPTED_EXIT: "interrupted (SIGINT, Ctrl-C): stopped, no requeue",
+        },
+    )
     p.add_argument(
         "--max-restarts",
         type=int,
         default=3,
         help="in-place restarts after transient failures before asking Slurm to requeue; "
-        "the count resets whenever a new complete checkpoint lands (default 3)",
+        "the count resets whenever a new complete checkpoint lands",
     )
     p.add_argument(
         "--trace-root",
@@ -34,14 +55,14 @@ def configure_parser(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--requeue-exit",
         type=int,
-        default=ExitContract.requeue_exit,
-        help="exit code past the restart budget; must equal slurm.conf RequeueExit (default %(default)s)",
+        default=contract.requeue_exit,
+        help="exit code past the restart budget; must equal slurm.conf RequeueExit",
     )
     p.add_argument(
         "--app-error-exit",
         type=int,
-        default=ExitContract.app_error_exit,
-        help="exit code for application errors; must not be in RequeueExit (default %(default)s)",
+        default=contract.app_error_exit,
+        help="exit code for application errors; must not be in RequeueExit",
     )
     # Named step_argv, not command: the top-level parser already stores the subcommand there.
     p.add_argument(
@@ -57,8 +78,11 @@ def step_command(argv: list[str]) -> tuple[str, ...]:
     return tuple(argv[1:] if argv[:1] == ["--"] else argv)
 
 
-def run_command(args: argparse.Namespace) -> int:
+def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     from megahour.run import runner
+    from megahour.run.policy import ExitContract, RetryBudget
+    from megahour.run.progress import resolve_checkpoint_dir
+    from megahour.run.traces import resolve_trace_root
 
     command = step_command(args.step_argv)
     if not command:

@@ -1,4 +1,4 @@
-"""Arguments of `megahour train`; the top-level parser mounts them. Logic lives in the train modules."""
+"""`megahour train run|select|selfcheck`. torch (the train extra) is imported by the commands only."""
 
 from __future__ import annotations
 
@@ -8,10 +8,13 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from rich.console import Console
-
+from megahour import cliutil
 from megahour.job_contract import CHECKPOINT_DIR_ENV
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 # Shapes the selector can be asked about without building a model: the anchors' 8B example.
 _LLAMA8B = [
@@ -25,41 +28,93 @@ _LLAMA8B = [
 ]
 
 
-def configure_parser(train: argparse._SubParsersAction) -> None:
-    p = train.add_parser("run", help="train the world-action model (one process per rank; use torchrun)")
-    p.add_argument("--steps", type=int, default=50)
+FAILED = "an error (torch missing, bad layout or option): the message says which"
+# The same words wherever torch is missing: the extra to install and, on a cluster, the switch to deploy.
+NEEDS_TORCH = (
+    "`megahour train` needs torch: install megahour's train extra (pip install 'megahour[train]'; "
+    "on a cluster, deploy with runtime_train: true)"
+)
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    from megahour.train.topology import TopologyError
+
+    return (TopologyError, ValueError)
+
+
+def require_torch() -> None:
+    """Name the missing extra before a deep ImportError does."""
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise cliutil.CommandError(NEEDS_TORCH) from None
+
+
+def register(subparsers: cliutil.Subparsers) -> None:
+    train = cliutil.add_group(
+        subparsers, "train", help="the trainer, the Muon strategy selector and self-check"
+    )
+    p = cliutil.add_command(
+        train,
+        "run",
+        _cmd_run,
+        help="train the world-action model (one process per rank; use torchrun)",
+        exits={0: "trained every step", 1: FAILED},
+        errors=errors,
+    )
+    p.add_argument("--steps", type=int, default=50, help="optimizer steps to train in all (resumes count)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per rank per step")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="fixes the initial weights and the data order")
     p.add_argument(
         "--checkpoint-dir",
         help=f"a directory every node sees (default ${CHECKPOINT_DIR_ENV}); resumes from its newest "
         "complete checkpoint",
     )
-    p.add_argument("--checkpoint-every", type=int, default=10)
-    p.add_argument("--keep-checkpoints", type=int, default=2)
+    p.add_argument("--checkpoint-every", type=int, default=10, help="steps between checkpoints")
+    p.add_argument("--keep-checkpoints", type=int, default=2, help="complete checkpoints kept")
     p.add_argument("--log-dir", help="attempt-numbered metrics logs and result.json (rank 0)")
-    p.add_argument("--strategy", default="auto", choices=["auto", "replicated", "world", "per_node"])
+    p.add_argument(
+        "--strategy",
+        default="auto",
+        choices=["auto", "replicated", "world", "per_node"],
+        help="Muon sharding; auto asks the calibrated selector",
+    )
     p.add_argument("--manifest", help="a fetched manifest (default: synthetic clips)")
     p.add_argument("--no-deterministic", action="store_true", help="allow nondeterministic kernels, threads")
-    p.add_argument("--json", action="store_true", help="print the result as JSON (rank 0)")
-    p.set_defaults(func=_cmd_run)
+    cliutil.add_json_flag(p, help="print the result as JSON (rank 0)")
 
-    p = train.add_parser("select", help="which Muon strategy the cost model picks for a layout")
-    p.add_argument("--nodes", type=int, required=True)
-    p.add_argument("--gpus-per-node", type=int, required=True)
+    p = cliutil.add_command(
+        train,
+        "select",
+        _cmd_select,
+        help="which Muon strategy the cost model picks for a layout",
+        exits={0: "chosen", 1: FAILED},
+        errors=errors,
+    )
+    p.add_argument("--nodes", type=int, required=True, help="nodes in the job")
+    p.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
     p.add_argument("--shapes", choices=["model", "llama8b"], default="model", help="the Muon matrices")
     p.add_argument("--links", help="a LinkModel as JSON (keys of `megahour train select --json`)")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_select)
+    cliutil.add_json_flag(p)
 
-    p = train.add_parser("selfcheck", help="every strategy against torch.optim.Muon on local gloo worlds")
+    p = cliutil.add_command(
+        train,
+        "selfcheck",
+        _cmd_selfcheck,
+        help="every strategy against torch.optim.Muon on local gloo worlds",
+        exits={
+            0: "every strategy is bit-exact, with identical replicas and the modelled bytes",
+            1: "a mismatch, or " + FAILED,
+        },
+        errors=errors,
+    )
     p.add_argument("--layouts", default="1x1,1x4,2x2,2x4,4x2", help="NODESxGPUS, comma-separated")
-    p.add_argument("--steps", type=int, default=3)
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_selfcheck)
+    p.add_argument("--steps", type=int, default=3, help="optimizer steps per layout")
+    cliutil.add_json_flag(p)
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
+    require_torch()
     from megahour.train.trainer import TrainConfig, train
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -79,7 +134,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     result = train(config)
     if os.environ.get("RANK", "0") == "0":
         if args.json:
-            print(json.dumps(result.to_dict(), indent=2))
+            cliutil.print_json(result.to_dict())
         else:
             console.print(
                 f"trained {result.steps} steps (resumed from {result.resumed_from}), strategy "
@@ -90,6 +145,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_select(args: argparse.Namespace, console: Console) -> int:
+    require_torch()
     from megahour.train.costmodel import DEFAULT_LINKS, LinkModel, select_strategy
     from megahour.train.model import HEADS, ModelConfig, WorldActionModel
     from megahour.train.muon import route_parameters
@@ -105,13 +161,14 @@ def _cmd_select(args: argparse.Namespace, console: Console) -> int:
         links = LinkModel(**{**json.loads(Path(args.links).read_text()), "source": args.links})
     choice = select_strategy(Topology(args.nodes, args.gpus_per_node), shapes, links)
     if args.json:
-        print(json.dumps(choice.to_dict(), indent=2))
+        cliutil.print_json(choice.to_dict())
     else:
         console.print(f"{choice.strategy.value}: {choice.reason}", highlight=False)
     return 0
 
 
 def _cmd_selfcheck(args: argparse.Namespace, console: Console) -> int:
+    require_torch()
     from megahour.train.selfcheck import equivalence_worker
     from megahour.train.spawn import run_local_world
     from megahour.train.topology import Topology
@@ -142,5 +199,5 @@ def _cmd_selfcheck(args: argparse.Namespace, console: Console) -> int:
                     highlight=False,
                 )
     if args.json:
-        print(json.dumps({"ok": ok, "layouts": report}, indent=2))
+        cliutil.print_json({"ok": ok, "layouts": report})
     return 0 if ok else 1
