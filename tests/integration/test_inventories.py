@@ -4,6 +4,7 @@ No container is started: validate.yml must fail before any managed host is
 contacted, and the hosts in these inventories do not exist.
 """
 
+import json
 import shutil
 from pathlib import Path
 
@@ -80,16 +81,18 @@ def _no_interface(_groups, cvars):
     del cvars["megahour_fabric"]["interface"]
 
 
-@pytest.mark.parametrize(
-    "edit,variable,fix",
-    [
-        (_drop_controller, "groups.controller", "add a 'controller' group"),
-        (_empty_compute, "groups.compute", "add at least one GPU host"),
-        (_unknown_model, "megahour_gpu.model", "use one of a100, h100, h200, l40s"),
-        (_bad_count, "megahour_gpu.count", "set megahour_gpu.count to one of 1, 2, 4, 8"),
-        (_no_interface, "megahour_fabric.interface", "set megahour_fabric.interface"),
-    ],
-)
+BROKEN = [
+    (_drop_controller, "groups.controller", "add a 'controller' group"),
+    (_empty_compute, "groups.compute", "add at least one GPU host"),
+    (_unknown_model, "megahour_gpu.model", "use one of a100, h100, h200, l40s"),
+    (_bad_count, "megahour_gpu.count", "set megahour_gpu.count to one of 1, 2, 4, 8"),
+    (_no_interface, "megahour_fabric.interface", "set megahour_fabric.interface"),
+]
+# Problems of every compute host: one line for both (the playbook's messages and the CLI's).
+PER_HOST = ("megahour_gpu.model", "megahour_gpu.count", "megahour_fabric.interface")
+
+
+@pytest.mark.parametrize("edit,variable,fix", BROKEN)
 def test_bad_inventory_stops_site_yml_before_any_host(run, tmp_path, edit, variable, fix):
     inv = _break(tmp_path, edit)
     proc = run([tool("ansible-playbook"), "-i", str(inv), "playbooks/site.yml"])
@@ -101,6 +104,22 @@ def test_bad_inventory_stops_site_yml_before_any_host(run, tmp_path, edit, varia
     assert "localhost" in recap
     for host in ("head01", "gpu001", "gpu002"):
         assert host not in recap
+    if variable in PER_HOST:
+        assert f"{variable} (2 hosts: gpu[001-002]): " in out
+
+
+@pytest.mark.parametrize("edit,variable,fix", BROKEN)
+def test_bad_inventory_fails_the_cli_with_one_line_per_problem(run, tmp_path, edit, variable, fix):
+    inv = _break(tmp_path, edit)
+    proc = run([tool("megahour"), "inventory", "validate", "-i", str(inv)])
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+    (line,) = [line for line in proc.stdout.splitlines() if variable in line]
+    assert line.startswith(f"✗ {variable}") and f"Fix: {fix}" in line
+    if variable in PER_HOST:
+        assert f"{variable} (2 hosts: gpu[001-002]): " in line
+    report = run([tool("megahour"), "inventory", "validate", "-i", str(inv), "--json"])
+    findings = [f for f in json.loads(report.stdout)["findings"] if f["variable"] == variable]
+    assert len(findings) == (2 if variable in PER_HOST else 1)
 
 
 def test_examples_differ_only_in_group_vars():

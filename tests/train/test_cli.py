@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+import sys
 
 from megahour.cli import main
 
@@ -49,3 +50,13 @@ def test_bad_input_is_a_clear_error(capsys) -> None:
     assert "at least 1 node" in capsys.readouterr().err
     assert main(["train", "selfcheck", "--layouts", "2by2"]) == 1
     assert "NODESxGPUS" in capsys.readouterr().err
+
+
+def test_a_missing_torch_names_the_train_extra(monkeypatch, capsys) -> None:
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    for argv in (["select", "--nodes", "1", "--gpus-per-node", "1"], ["run"], ["selfcheck"]):
+        assert main(["train", *argv]) == 1
+        assert capsys.readouterr().err == (
+            "error: `megahour train` needs torch: install megahour's train extra "
+            "(pip install 'megahour[train]'; on a cluster, deploy with runtime_train: true)\n"
+        )
