@@ -1,12 +1,16 @@
 """The alluxio role's alluxio-site.properties and log4j2.properties, rendered by ansible-playbook here."""
 
+import json
+
 import pytest
 import yaml
 
-from tests.conftest import REPO
+from tests.conftest import REPO, tool
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_alluxio.yml"
+# The role's vars call its filters; the render playbook loads the role's files, not the role.
+FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "alluxio" / "filter_plugins")}
 
 
 def properties(text: str) -> dict[str, str]:
@@ -19,7 +23,7 @@ def properties(text: str) -> dict[str, str]:
 
 
 @pytest.fixture
-def render(run_playbook, tmp_path):
+def render(run, tmp_path):
     """Render for the host `ctl` in the given groups, with -e overrides; returns (site, log4j2)."""
 
     def _render(groups: dict[str, list[str]], **extra) -> tuple[dict[str, str], dict[str, str]]:
@@ -40,7 +44,9 @@ def render(run_playbook, tmp_path):
         (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
         out = tmp_path / "out"
         out.mkdir(exist_ok=True)
-        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", {"out": str(out), **extra})
+        args = [tool("ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(PLAYBOOK)]
+        proc = run([*args, "-e", json.dumps({"out": str(out), **extra})], env=FILTERS)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
         return (
             properties((out / "alluxio-site.properties").read_text()),
             properties((out / "log4j2.properties").read_text()),

@@ -1,0 +1,101 @@
+"""The alluxio role's derived values, as filters (vars/main.yml calls them), so each is pure and unit-tested.
+
+- ``alluxio_dist_name``: the cached distribution's name, which changes with the version and the artifact list.
+- ``alluxio_classpath``: the daemons' class path (the official tarball keeps the server jar in assembly/).
+- ``alluxio_roles``: which daemons a host runs (master, worker, proxy, in start order).
+- ``alluxio_block_bytes``: a block, one owned page range of the loader, in bytes.
+- ``alluxio_ha_site``: the embedded-journal and RPC address lists of three or more masters.
+- ``alluxio_worker_site``: a worker's page-store directories and sizes.
+- ``alluxio_site_properties``: settings combined left to right, a key set to None dropped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import posixpath
+from collections.abc import Mapping, Sequence
+
+from ansible.errors import AnsibleFilterError
+from ansible.module_utils.common.text.formatters import human_to_bytes
+
+# One master runs alone; three or more keep a Raft quorum when one fails. Two cannot (validate.yml).
+HA_MASTERS = 3
+
+
+def alluxio_dist_name(version: str, artifacts: Sequence[str], release_tarball: str = "") -> str:
+    """``alluxio-<version>-<tarball file name>``, or ``alluxio-<version>-maven-<sha1 of the artifacts>``."""
+    if release_tarball:
+        return f"alluxio-{version}-{posixpath.basename(release_tarball)}"
+    digest = hashlib.sha1(",".join(artifacts).encode()).hexdigest()[:10]
+    return f"alluxio-{version}-maven-{digest}"
+
+
+def alluxio_classpath(conf_dir: str, prefix: str, version: str, release_tarball: str = "") -> str:
+    """The configuration directory, then the jars of ``<prefix>/current``."""
+    current = f"{prefix}/current"
+    if release_tarball:
+        return f"{conf_dir}:{current}/assembly/alluxio-server-{version}.jar:{current}/lib/*"
+    return f"{conf_dir}:{current}/lib/*"
+
+
+def alluxio_roles(
+    host: str, masters: Sequence[str], workers: Sequence[str], proxies: Sequence[str]
+) -> list[str]:
+    """The daemons ``host`` runs, in the order they start."""
+    groups = (("master", masters), ("worker", workers), ("proxy", proxies))
+    return [role for role, hosts in groups if host in hosts]
+
+
+def alluxio_block_bytes(page_size: str | int, pages_per_block: int | str) -> int:
+    """``pages_per_block`` pages of ``page_size`` (``1MB`` is 1048576 bytes)."""
+    try:
+        return int(human_to_bytes(page_size, isbits=False)) * int(pages_per_block)
+    except ValueError as exc:
+        raise AnsibleFilterError(
+            f"alluxio_page_size {page_size!r} or alluxio_pages_per_block: {exc}"
+        ) from exc
+
+
+def alluxio_ha_site(master_addresses: Sequence[str], ports: Mapping[str, int | str]) -> dict[str, str]:
+    """With three or more masters, every master's embedded-journal and RPC address; else nothing."""
+    if len(master_addresses) < HA_MASTERS:
+        return {}
+    return {
+        "alluxio.master.embedded.journal.addresses": ",".join(
+            f"{address}:{ports['master_raft']}" for address in master_addresses
+        ),
+        "alluxio.master.rpc.addresses": ",".join(
+            f"{address}:{ports['master_rpc']}" for address in master_addresses
+        ),
+    }
+
+
+def alluxio_worker_site(page_dirs: Sequence[Mapping[str, str]], is_worker: bool = True) -> dict[str, str]:
+    """A worker's page-store directories and their sizes, in the same order; nothing on other hosts."""
+    if not is_worker:
+        return {}
+    return {
+        "alluxio.worker.page.store.dirs": ",".join(str(d["path"]) for d in page_dirs),
+        "alluxio.worker.page.store.sizes": ",".join(str(d["size"]) for d in page_dirs),
+    }
+
+
+def alluxio_site_properties(base: Mapping, *overrides: Mapping) -> dict:
+    """``base`` updated by each of ``overrides`` in turn (not recursively), without keys set to None."""
+    merged = dict(base)
+    for override in overrides:
+        merged.update(override)
+    return {key: value for key, value in merged.items() if value is not None}
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "alluxio_dist_name": alluxio_dist_name,
+            "alluxio_classpath": alluxio_classpath,
+            "alluxio_roles": alluxio_roles,
+            "alluxio_block_bytes": alluxio_block_bytes,
+            "alluxio_ha_site": alluxio_ha_site,
+            "alluxio_worker_site": alluxio_worker_site,
+            "alluxio_site_properties": alluxio_site_properties,
+        }

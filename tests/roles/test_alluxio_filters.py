@@ -1,0 +1,105 @@
+"""The alluxio role's filters (roles/alluxio/filter_plugins/alluxio_filters.py), which vars/main.yml calls.
+
+The expected values are what the role's Jinja rendered before the derivations moved into the plugin.
+"""
+
+import importlib.util
+
+import pytest
+from ansible.errors import AnsibleFilterError
+
+from tests.conftest import REPO
+
+ARTIFACTS = [
+    "org.alluxio:alluxio-core-server-master",
+    "org.alluxio:alluxio-core-server-worker",
+    "org.alluxio:alluxio-core-server-proxy",
+    "org.alluxio:alluxio-underfs-local",
+    "org.alluxio:alluxio-underfs-s3a",
+]
+PORTS = {"master_rpc": 19998, "master_web": 19999, "master_raft": 19200, "worker_rpc": 29999}
+
+
+@pytest.fixture(scope="module")
+def f():
+    path = REPO / "roles/alluxio/filter_plugins/alluxio_filters.py"
+    spec = importlib.util.spec_from_file_location("alluxio_filters", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
+def test_the_distribution_is_named_by_version_and_artifact_list(f):
+    assert f["alluxio_dist_name"]("2.9.6", ARTIFACTS) == "alluxio-2.9.6-maven-466c967ea6"
+    assert f["alluxio_dist_name"]("2.9.6", ARTIFACTS, "") == "alluxio-2.9.6-maven-466c967ea6"
+    # Another list (or order) is another distribution, cached beside the first.
+    assert f["alluxio_dist_name"]("2.9.6", ARTIFACTS[::-1]) != "alluxio-2.9.6-maven-466c967ea6"
+    assert f["alluxio_dist_name"]("2.9.5", ARTIFACTS[:1]) == "alluxio-2.9.5-maven-857e748232"
+    # The official tarball: its file name, not its directory.
+    assert (
+        f["alluxio_dist_name"]("2.9.6", ARTIFACTS, "/x/alluxio-2.9.6-bin.tar.gz")
+        == "alluxio-2.9.6-alluxio-2.9.6-bin.tar.gz"
+    )
+
+
+def test_the_classpath_has_the_server_jar_only_from_the_official_tarball(f):
+    assert (
+        f["alluxio_classpath"]("/etc/alluxio", "/opt/alluxio", "2.9.6")
+        == "/etc/alluxio:/opt/alluxio/current/lib/*"
+    )
+    assert f["alluxio_classpath"]("/etc/alluxio", "/opt/alluxio", "2.9.6", "/x/y.tar.gz") == (
+        "/etc/alluxio:/opt/alluxio/current/assembly/alluxio-server-2.9.6.jar:/opt/alluxio/current/lib/*"
+    )
+
+
+@pytest.mark.parametrize(
+    "host,expected",
+    [("ctl", ["master", "proxy"]), ("gpu-1", ["worker", "proxy"]), ("m2", ["master"]), ("store", [])],
+)
+def test_each_host_runs_its_daemons_in_start_order(f, host, expected):
+    masters, workers, proxies = ["ctl", "m2"], ["gpu-1"], ["gpu-1", "ctl"]
+    assert f["alluxio_roles"](host, masters, workers, proxies) == expected
+
+
+def test_a_block_is_a_page_range_in_bytes(f):
+    assert f["alluxio_block_bytes"]("1MB", 4) == 4 << 20
+    assert f["alluxio_block_bytes"]("4MB", "2") == 8 << 20
+    assert f["alluxio_block_bytes"]("1GB", 1) == 1 << 30
+    with pytest.raises(AnsibleFilterError, match="alluxio_page_size 'lots'"):
+        f["alluxio_block_bytes"]("lots", 4)
+
+
+@pytest.mark.parametrize("masters", [[], ["10.0.0.1"], ["10.0.0.1", "10.0.0.2"]])
+def test_fewer_than_three_masters_have_no_quorum_addresses(f, masters):
+    assert f["alluxio_ha_site"](masters, PORTS) == {}
+
+
+def test_three_masters_list_every_journal_and_rpc_address_in_order(f):
+    masters = ["10.88.0.21", "10.88.0.22", "10.88.0.23"]
+    assert f["alluxio_ha_site"](masters, PORTS) == {
+        "alluxio.master.embedded.journal.addresses": "10.88.0.21:19200,10.88.0.22:19200,10.88.0.23:19200",
+        "alluxio.master.rpc.addresses": "10.88.0.21:19998,10.88.0.22:19998,10.88.0.23:19998",
+    }
+    five = [f"m{i}" for i in range(5)]
+    site = f["alluxio_ha_site"](five, {"master_raft": "3", "master_rpc": "1"})
+    assert site["alluxio.master.rpc.addresses"] == "m0:1,m1:1,m2:1,m3:1,m4:1"
+
+
+def test_a_worker_lists_its_page_dirs_and_their_sizes_in_the_same_order(f):
+    dirs = [{"path": "/nvme0", "size": "1GB"}, {"path": "/nvme1", "size": "2TB"}]
+    assert f["alluxio_worker_site"](dirs) == {
+        "alluxio.worker.page.store.dirs": "/nvme0,/nvme1",
+        "alluxio.worker.page.store.sizes": "1GB,2TB",
+    }
+    assert f["alluxio_worker_site"](dirs, False) == {}
+
+
+def test_site_properties_later_dicts_win_and_none_drops_a_key(f):
+    defaults = {"a": 1, "b": "x", "nested": {"k": 1}, "gone": None}
+    host = {"b": "host"}
+    user = {"a": None, "nested": {"other": 2}, "new": "y"}
+    merged = f["alluxio_site_properties"](defaults, host, {}, user)
+    # Not recursive: a dict value is replaced whole, as combine() without recursive=true did.
+    assert merged == {"b": "host", "nested": {"other": 2}, "new": "y"}
+    assert defaults == {"a": 1, "b": "x", "nested": {"k": 1}, "gone": None}  # inputs untouched
+    assert f["alluxio_site_properties"]({"a": 1}) == {"a": 1}
