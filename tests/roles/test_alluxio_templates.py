@@ -77,7 +77,7 @@ def test_pages_are_cached_once_per_cluster(render):
 def test_user_settings_override_and_null_drops(render):
     site, _ = render(
         {"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]},
-        alluxio_site={
+        alluxio_site_config={
             "alluxio.user.file.passive.cache.enabled": "true",
             "alluxio.proxy.s3.bucketpathcache.timeout": None,
         },
