@@ -37,7 +37,7 @@ EXAMPLES = r"""
 
 RETURN = r"""
 renamed:
-  description: One entry per old name in use (old, new, role, hosts, both: the hosts that set both, used).
+  description: One entry per old name in use (old, new, role, hosts, both = the hosts that set both, used).
   returned: always
   type: list
   elements: dict

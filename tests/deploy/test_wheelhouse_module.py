@@ -3,6 +3,7 @@
 pip is a stub (no index is needed): it writes one wheel into --wheel-dir and logs its arguments.
 """
 
+import ast
 import json
 import tarfile
 
@@ -10,7 +11,7 @@ import pytest
 import yaml
 
 from megahour.deploy import wheelhouse
-from tests.conftest import tool
+from tests.conftest import REPO, tool
 
 pytestmark = pytest.mark.integration
 
@@ -114,3 +115,17 @@ def test_an_archive_holds_the_marker_the_node_unpacks_against(play):
     built = _play(archive=True)
     with tarfile.open(built["wheelhouse"]) as tar:
         assert f"./.digest-{built['key']}" in tar.getnames()
+
+
+def test_the_modules_documentation_parses():
+    # Read without importing: the module imports module_utils, which only Ansible puts on the path.
+    tree = ast.parse((REPO / "library/megahour_wheelhouse.py").read_text())
+    docs = {
+        node.targets[0].id: node.value.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and getattr(node.targets[0], "id", "") in ("DOCUMENTATION", "EXAMPLES", "RETURN")
+    }
+    assert len(docs) == 3
+    for text in docs.values():
+        assert isinstance(yaml.safe_load(text), (dict, list))

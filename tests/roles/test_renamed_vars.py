@@ -216,3 +216,9 @@ def test_validate_prints_a_deprecation_warning_naming_each_new_name(run, tmp_pat
         ]
     )
     assert clean.returncode == 0 and "DEPRECATION" not in clean.stdout + clean.stderr
+
+
+def test_the_modules_documentation_parses():
+    module = load_module()
+    for text in (module.DOCUMENTATION, module.EXAMPLES, module.RETURN):
+        assert isinstance(yaml.safe_load(text), (dict, list))
