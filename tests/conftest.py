@@ -11,6 +11,17 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+# Importing ansible's module_utils in this process (the filter plugin tests do) replaces sys.intern with
+# a wrapper that accepts str subclasses; torch's dynamo, imported later by a Muon test, rejects any
+# sys.intern that is not the builtin ("substitute_in_graph expects a function"). Conftest is imported
+# before every test module, so this is the interpreter's own.
+_BUILTIN_INTERN = sys.intern
+
+
+@pytest.fixture(autouse=True)
+def _builtin_sys_intern(monkeypatch):
+    """Every test starts with the builtin sys.intern, whatever an earlier import patched."""
+    monkeypatch.setattr(sys, "intern", _BUILTIN_INTERN)
 
 
 def tool(name: str) -> str:
