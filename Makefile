@@ -61,8 +61,8 @@ status: venv ## Show hosts, addresses and service health
 	megahour cluster status
 
 lint: venv ## ruff and ansible-lint (production profile, no skip list)
-	ruff check python tests benchmarks library module_utils
-	ruff format --check python tests benchmarks library module_utils
+	ruff check python tests benchmarks library module_utils roles
+	ruff format --check python tests benchmarks library module_utils roles
 	ansible-lint
 
 unit: venv ## Unit and property tests (no containers)
