@@ -11,7 +11,7 @@ from megahour.health import checks, gate, probes
 from megahour.health.checks import Expectations
 from megahour.health.config import ConfigError, DiskRule, HealthConfig, load
 from megahour.health.suites import FULL, PROLOG, run_suite
-from megahour.health.verdict import Status
+from megahour.health.verdict import Status, gate_passes
 from tests.conftest import REPO
 
 DOUBLE = REPO / "roles" / "slurm_node" / "files" / "nvidia-smi-double"
@@ -165,10 +165,27 @@ def test_config_errors_name_the_fix(tmp_path):
     named = {"gpu_count": 8, "gpu_model": "h100", "product_name": "NVIDIA H100 80GB HBM3"}
     (tmp_path / "model.json").write_text(json.dumps(named))
     assert load(tmp_path / "model.json").expect.product_name == "NVIDIA H100 80GB HBM3"
-    # A config rendered before the role rendered product_name: the model check must not silently vanish.
-    (tmp_path / "unnamed.json").write_text(json.dumps({"gpu_count": 8, "gpu_model": "h100"}))
-    with pytest.raises(ConfigError, match="gpu_model 'h100' has no product_name; re-deploy the slurm_node"):
-        load(tmp_path / "unnamed.json")
+    assert load(tmp_path / "model.json").outdated == ()
+
+
+def test_a_config_from_an_older_role_warns_and_still_passes(node, tmp_path):
+    """health.json written before slurm_node rendered product_name (an upgrade's first minutes): the gate
+    passes with a WARN naming the fix, instead of draining every node until the role re-renders it."""
+    import dataclasses
+
+    config, serve, _ = node
+    serve()
+    path = tmp_path / "old-health.json"
+    path.write_text(json.dumps({"gpu_count": config.expect.gpu_count, "gpu_model": "h100"}))
+    old = load(path)
+    assert old.expect.product_name is None
+    current = dataclasses.replace(config, outdated=old.outdated)
+    verdicts = run_suite(current, PROLOG)
+    [warning] = [v for v in verdicts if v.check == "health_config"]
+    assert (warning.status, warning.reason) == (Status.WARN, "config_outdated")
+    assert "gpu_model 'h100' has no product_name" in warning.message
+    assert "re-deploy the slurm_node role" in warning.message
+    assert gate_passes(verdicts)
 
 
 def test_xid_that_recurs_after_a_reboot_fails(node, monkeypatch):

@@ -9,14 +9,14 @@ from typing import Any
 
 from megahour.health import checks, kernel_log, probes, xid_history
 from megahour.health.config import HealthConfig
-from megahour.health.verdict import Verdict
+from megahour.health.verdict import Status, Verdict
 
 PROLOG = "prolog"
 FULL = "full"
 
 
 def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
-    verdicts: list[Verdict] = []
+    verdicts = [Verdict("health_config", Status.WARN, "config_outdated", note) for note in config.outdated]
     if config.has_gpus:
         verdicts += _gpu_checks(config, suite)
         if suite == FULL:

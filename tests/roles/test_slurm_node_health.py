@@ -1,0 +1,63 @@
+"""The health config the slurm_node role renders: the GPU's product name from megahour's profiles."""
+
+import json
+
+import pytest
+import yaml
+
+from megahour.health.config import load
+from tests.conftest import REPO, tool
+
+pytestmark = pytest.mark.integration
+PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_slurm_node_health.yml"
+# The role's vars call its filter; the render playbook loads the role's files, not the role.
+FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "slurm_node" / "filter_plugins")}
+
+
+@pytest.fixture
+def render(run, tmp_path):
+    inventory = {
+        "all": {
+            "hosts": {
+                "gpu-1": {
+                    "ansible_connection": "local",
+                    "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                    "megahour_gpu": {"model": "h100", "count": 8},
+                }
+            }
+        }
+    }
+    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+
+    def _render(**extra):
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+        args = [tool("ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(PLAYBOOK)]
+        proc = run([*args, "-e", json.dumps({"out": str(out), **extra})], env=FILTERS)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        return out / "health.json"
+
+    return _render
+
+
+def test_the_inventory_model_renders_its_nvidia_smi_name(render):
+    path = render()
+    raw = json.loads(path.read_text())
+    assert (raw["gpu_model"], raw["gpu_count"], raw["product_name"]) == ("h100", 8, "NVIDIA H100 80GB HBM3")
+    config = load(path)
+    assert config.expect.product_name == "NVIDIA H100 80GB HBM3" and config.outdated == ()
+
+
+def test_a_model_set_in_the_health_config_names_its_own_product(render):
+    raw = json.loads(render(slurm_node_health_config={"gpu_model": "h200"}).read_text())
+    assert raw["product_name"] == "NVIDIA H200"
+
+
+def test_no_model_means_no_model_check(render):
+    raw = json.loads(render(slurm_node_health_config={"gpu_model": None}).read_text())
+    assert raw["product_name"] is None
+
+
+def test_an_explicit_product_name_wins(render):
+    raw = json.loads(render(slurm_node_health_config={"product_name": "NVIDIA H100 NVL"}).read_text())
+    assert (raw["gpu_model"], raw["product_name"]) == ("h100", "NVIDIA H100 NVL")
