@@ -261,3 +261,18 @@ def test_a_writer_whose_temporary_was_discarded_publishes_nothing(tmp_path) -> N
         handle.write(b"a slow writer")
         atomicio.discard_temps(path)  # what a retry of the same work does meanwhile
     assert not path.exists() and os.listdir(tmp_path) == []
+
+
+def test_a_directory_the_writer_may_not_list_still_gets_the_file(tmp_path, monkeypatch) -> None:
+    # Root ignores permission bits, so the refused open of the directory is simulated.
+    real_open = os.open
+
+    def no_listing(path, flags, *args):
+        if flags & os.O_DIRECTORY:
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(atomicio.os, "open", no_listing)
+    target = tmp_path / "out.txt"
+    assert atomicio.atomic_write_text(target, "new\n")
+    assert target.read_text() == "new\n"

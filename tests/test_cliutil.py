@@ -122,3 +122,21 @@ def test_a_closed_stdout_pipe_ends_quietly(monkeypatch, capsys) -> None:
     finally:
         stream.close()  # its descriptor now points at /dev/null: nothing is left to raise
     assert capsys.readouterr().err == ""
+
+
+def test_a_closed_stdout_keeps_the_commands_own_failure_code(monkeypatch, capsys) -> None:
+    # `megahour run ... | head`: the requeue code Slurm acts on must survive the closed pipe.
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    stream = os.fdopen(write_end, "w")
+    monkeypatch.setattr(sys, "stdout", stream)
+
+    def requeue(_args, _console):
+        print("attempt 3 failed")
+        return 85
+
+    try:
+        assert cliutil.dispatch(argparse.Namespace(func=requeue, json=True)) == 85
+    finally:
+        stream.close()
+    assert capsys.readouterr().err == ""

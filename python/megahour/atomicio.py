@@ -81,6 +81,9 @@ def atomic_writer(
     ``.incoming/`` that readers never list); ``temp_prefix`` names it (default ``.<name>.``), so
     that ``discard_temps`` can find what a killed writer left. The yielded file's ``name`` is the
     temporary's path: it may be read back before the block ends (e.g. to verify a download).
+
+    Only an exception keeps the old file: a ``return`` or ``break`` out of the block publishes what was
+    written so far, so leave the block early only by raising.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -140,8 +143,16 @@ def publish(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
 
 
 def fsync_dir(path: str | os.PathLike[str]) -> None:
-    """Make a rename (or a new entry) inside ``path`` survive a crash."""
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    """Make a rename (or a new entry) inside ``path`` survive a crash.
+
+    A writer that may create files in ``path`` but not list it (``-wx``) cannot open it to fsync: the
+    rename has happened by then, so raising would report a failure for a file that is in place. Its
+    durability is then the filesystem's own (ext4 and xfs commit a rename within seconds).
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    except PermissionError:
+        return
     try:
         os.fsync(fd)
     finally:

@@ -302,7 +302,9 @@ def dispatch(args: argparse.Namespace) -> int:
     console = make_console(stderr=bool(getattr(args, "json", False)))
     try:
         code = args.func(args, console)
-        return code if flush_stdout() else 1
+        # Output that could not be delivered fails a command that succeeded; a command's own failure
+        # code (`megahour run`'s requeue and app-error codes, for one) is kept.
+        return code if flush_stdout() or code != 0 else 1
     except BrokenPipeError as exc:
         # `megahour ... --json | head`: the reader has what it wanted. Stop quietly.
         if _stdout_closed():

@@ -101,10 +101,11 @@ def test_a_killed_transcode_and_upload_leave_nothing_partial_on_retry(fresh, war
     run.staging.mkdir(parents=True)
     victim = episodes[0].episode_id
     (run.staging / f".{victim}.mcap.0123456789ab.tmp").write_bytes(b"half")
+    (run.staging / f".{victim}.mcap.k3j2h1.partial").write_bytes(b"left by an older version")
     incoming = tmp_path / "storage" / ".incoming"
     incoming.mkdir(parents=True, exist_ok=True)
     first = work.execute("transcode", run_dir, 0, config=config, warehouse=warehouse)
-    assert not list(run.staging.glob(".*.tmp"))
+    assert not list(run.staging.glob(".*"))
     again = work.execute("transcode", run_dir, 0, config=config, warehouse=warehouse)  # the retry
     assert [e["episode_id"] for e in again["done"]] == [e["episode_id"] for e in first["done"]]
     digest = object_store.sha256_of(run.staging / f"{victim}.mcap")

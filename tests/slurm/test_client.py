@@ -108,27 +108,6 @@ def test_bytes_output_is_decoded():
 
 # Jobs ----------------------------------------------------------------------------------------------------
 
-SBATCH = ["sbatch", "--parsable", "--job-name", "mh-ingest.x", "--wrap", "true"]
-
-
-def test_submit_runs_the_prepared_sbatch_and_returns_the_job_id():
-    runner = FakeRunner({"sbatch": ("57;cluster\n", "", 0)})
-    assert SlurmClient(runner=runner).submit(SBATCH) == "57"
-    assert runner.calls == [SBATCH]
-    assert runner.kwargs[0]["env"]["SLURM_TIME_FORMAT"] == "standard"
-
-
-def test_submit_refuses_anything_but_sbatch_and_raises_when_it_fails():
-    runner = FakeRunner({"sbatch": ("", "sbatch: error: Invalid partition name specified\n", 1)})
-    with pytest.raises(ValueError):
-        SlurmClient(runner=runner).submit(["scancel", "--name", "x"])
-    assert runner.calls == []
-    with pytest.raises(SlurmQueryError, match="exited 1: sbatch: error: Invalid partition") as info:
-        SlurmClient(runner=runner).submit(SBATCH)
-    assert info.value.returncode == 1
-    with pytest.raises(SlurmQueryError, match="printed no job id"):
-        SlurmClient(runner=FakeRunner({"sbatch": ("\n", "", 0)})).submit(SBATCH)
-
 
 def test_live_jobs_by_name_oldest_first():
     runner = FakeRunner({"squeue --noheader --name": ("12|RUNNING\n9|PENDING\n", "", 0)})

@@ -17,8 +17,6 @@ from typing import Any
 
 from megahour.slurm.jobs import (
     LiveJob,
-    check_sbatch_args,
-    parse_sbatch_job_id,
     parse_squeue_jobs,
     scancel_args,
     squeue_by_name_args,
@@ -72,7 +70,7 @@ def slurm_env(env: Mapping[str, str] | None = None) -> dict[str, str]:
 
 
 class SlurmClient:
-    """sinfo/squeue/scontrol/sbatch/scancel with a per-call timeout."""
+    """sinfo/squeue/scontrol/scancel with a per-call timeout (jobs are submitted from the triggerer)."""
 
     def __init__(
         self,
@@ -128,15 +126,6 @@ class SlurmClient:
         return parse_squeue_jobs(self._run(squeue_by_name_args(name)))
 
     # Changes -----------------------------------------------------------------
-
-    def submit(self, argv: Sequence[str]) -> str:
-        """Run a prepared ``sbatch --parsable`` call (``jobs.sbatch_args``); the new job's id."""
-        check_sbatch_args(argv)
-        stdout = self._run(argv)
-        try:
-            return parse_sbatch_job_id(stdout)
-        except ValueError as exc:
-            raise SlurmQueryError(argv, "", str(exc), 0) from exc
 
     def cancel(self, job_id: str | None = None, *, name: str | None = None) -> None:
         """``scancel`` one job by id, or every job named ``name``."""
