@@ -240,8 +240,68 @@ def test_one_line_error_for_every_command_that_declares_it(capsys) -> None:
         cliutil.dispatch(args)
 
 
-def test_paths_in_the_repository_invocations_still_parse() -> None:
-    # The flags molecule, playbooks, roles and benchmarks pass (grep 'megahour ' there).
+# `megahour GROUP [COMMAND] ...` on one line of a playbook, role, scenario, benchmark or the Makefile; the
+# options that follow it, up to the end of the command (a quote, backquote, pipe, `;`, `&&` or `--`).
+INVOCATION = re.compile(r"\bmegahour[\"']?\s+([a-z][a-z-]*)(?:\s+([a-z][a-z_-]*))?([^\n]*)")
+INVOCATION_END = re.compile(r"[\"'`|;]|&&|\s--(\s|$)")
+INVOKERS = (
+    "molecule/**/*.yml",
+    "playbooks/*.yml",
+    "roles/**/*.yml",
+    "roles/**/*.j2",
+    "benchmarks/*.py",
+    "Makefile",
+)
+
+
+def invocations() -> list[tuple[str, int, list[str], list[str]]]:
+    """(file, line, command path, --options) of every `megahour ...` the repository's automation runs."""
+    found = []
+    for pattern in INVOKERS:
+        for path in sorted(REPO.glob(pattern)):
+            for number, line in enumerate(path.read_text().splitlines(), 1):
+                for match in INVOCATION.finditer(line):
+                    group, command, rest = match.groups()
+                    rest = INVOCATION_END.split(rest, maxsplit=1)[0]
+                    options = re.findall(r"(?:^|\s)(--[a-z][a-z-]*)", rest)
+                    words = [group] + ([command] if command else [])
+                    found.append((str(path.relative_to(REPO)), number, words, options))
+    return found
+
+
+def test_every_option_the_repository_passes_exists() -> None:
+    """Scenarios, playbooks, role templates, benchmarks and the Makefile call these commands: a renamed
+    command or option must fail here, not in a converge."""
+    commands = {path: p for path, p in walk(build_parser())}
+    found = invocations()
+    assert len(found) > 30, found  # the scan still finds the repository's calls
+    problems = []
+    for where, number, words, options in found:
+        path = tuple(words) if tuple(words) in commands else tuple(words[:1])
+        parser = commands.get(path)
+        if parser is None or parser.get_default("func") is None:
+            if options:  # a call with options whose command no longer exists
+                problems.append(f"{where}:{number}: `megahour {' '.join(words)}` is not a command")
+            continue  # prose ("the megahour cache tier", "`megahour warehouse|manifest` read")
+        problems += [
+            f"{where}:{number}: `megahour {' '.join(path)}` has no option {option}"
+            for option in options
+            if option not in parser._option_string_actions
+        ]
+    assert problems == []
+
+
+def test_the_option_scan_sees_a_renamed_option(tmp_path) -> None:
+    line = "      ansible.builtin.command: megahour cache read --manifest m --spec vla --prefech 2 --json"
+    [match] = INVOCATION.finditer(line)
+    group, command, rest = match.groups()
+    parser = dict(walk(build_parser()))[(group, command)]
+    options = re.findall(r"(?:^|\s)(--[a-z][a-z-]*)", INVOCATION_END.split(rest, maxsplit=1)[0])
+    assert [o for o in options if o not in parser._option_string_actions] == ["--prefech"]
+
+
+def test_invocations_with_their_values_still_parse() -> None:
+    # A sample of what molecule, playbooks, roles and benchmarks pass, values included (choices, types).
     parser = build_parser()
     for argv in (
         "episodes doctor --json",

@@ -46,8 +46,13 @@ def imported_areas(path: Path, package: Path = PACKAGE) -> set[str]:
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         names: list[str] = []
-        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [node.module] + [f"{node.module}.{alias.name}" for alias in node.names]
+        if isinstance(node, ast.ImportFrom):
+            module = node.module or ""
+            if node.level:  # `from ..inventory import x` inside megahour/health/config.py
+                here = ["megahour", *path.relative_to(package).with_suffix("").parts]
+                base = here[: len(here) - node.level]
+                module = ".".join(base + ([module] if module else []))
+            names = [module] + [f"{module}.{alias.name}" for alias in node.names]
         elif isinstance(node, ast.Import):
             names = [alias.name for alias in node.names]
         for name in names:
@@ -119,11 +124,14 @@ def test_the_checker_reports_an_upward_import(tmp_path):
         "def load():\n    from megahour.inventory.profiles import PROFILES\n"
     )
     (package / "health" / "cli.py").write_text("from megahour import cli\n")
+    (package / "health" / "suites.py").write_text("from ..inventory import profiles\n")
     (package / "cli.py").write_text("")
     assert violations(package) == [
         "health/cli.py imports megahour.cli, which 'health' may not (allowed: ['atomicio', 'cliutil', "
         "'health', 'metrics', 'slurm'])",
         "health/config.py imports megahour.inventory, which 'health' may not (allowed: ['atomicio', "
+        "'health', 'metrics', 'slurm'])",
+        "health/suites.py imports megahour.inventory, which 'health' may not (allowed: ['atomicio', "
         "'health', 'metrics', 'slurm'])",
     ]
 
