@@ -331,7 +331,7 @@ def transcode_batch(ctx: StepContext, batch: int) -> dict:
         out = ctx.run.staging / f"{episode_id}.mcap"
         report_path = ctx.run.staging / f"{episode_id}.json"
         discard_temps(out)  # a transcode killed part-way; the retry starts it over
-        for legacy in ctx.run.staging.glob(f".{episode_id}.mcap.*.partial"):  # ... before megahour 0.2
+        for legacy in ctx.run.staging.glob(f".{episode_id}.mcap.*.partial"):  # ... by the older writer
             legacy.unlink(missing_ok=True)
         if out.exists() and report_path.exists():
             report = json.loads(report_path.read_text())
