@@ -24,6 +24,16 @@ def _builtin_sys_intern(monkeypatch):
     monkeypatch.setattr(sys, "intern", _BUILTIN_INTERN)
 
 
+def filter_plugins(path: Path) -> dict:
+    """The filters of an Ansible filter plugin file (``roles/<role>/filter_plugins/<name>.py``), by name."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.FilterModule().filters()
+
+
 def tool(name: str) -> str:
     """A console script from this venv (ansible-playbook, molecule, megahour)."""
     path = BIN / name

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import io
 import os
@@ -107,36 +108,35 @@ def test_a_broken_pipe_that_is_not_stdout_is_reported(capsys) -> None:
     assert capsys.readouterr().err == "error: Broken pipe\n"
 
 
-def test_a_closed_stdout_pipe_ends_quietly(monkeypatch, capsys) -> None:
+@contextlib.contextmanager
+def closed_stdout(monkeypatch):
+    """stdout as a pipe whose reader has gone (`megahour ... | head` after head exited)."""
     read_end, write_end = os.pipe()
     os.close(read_end)
     stream = os.fdopen(write_end, "w")
     monkeypatch.setattr(sys, "stdout", stream)
+    try:
+        yield
+    finally:
+        stream.close()  # its descriptor now points at /dev/null: nothing is left to raise
 
+
+def test_a_closed_stdout_pipe_ends_quietly(monkeypatch, capsys) -> None:
     def talk(_args, _console):
         print("x" * 100_000)
         return 0
 
-    try:
+    with closed_stdout(monkeypatch):
         assert cliutil.dispatch(argparse.Namespace(func=talk, json=True)) == 1
-    finally:
-        stream.close()  # its descriptor now points at /dev/null: nothing is left to raise
     assert capsys.readouterr().err == ""
 
 
 def test_a_closed_stdout_keeps_the_commands_own_failure_code(monkeypatch, capsys) -> None:
     # `megahour run ... | head`: the requeue code Slurm acts on must survive the closed pipe.
-    read_end, write_end = os.pipe()
-    os.close(read_end)
-    stream = os.fdopen(write_end, "w")
-    monkeypatch.setattr(sys, "stdout", stream)
-
     def requeue(_args, _console):
         print("attempt 3 failed")
         return 85
 
-    try:
+    with closed_stdout(monkeypatch):
         assert cliutil.dispatch(argparse.Namespace(func=requeue, json=True)) == 85
-    finally:
-        stream.close()
     assert capsys.readouterr().err == ""

@@ -3,12 +3,10 @@
 The expected values are what the role's Jinja rendered before the derivations moved into the plugin.
 """
 
-import importlib.util
-
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from tests.conftest import REPO
+from tests.conftest import REPO, filter_plugins
 
 ARTIFACTS = [
     "org.alluxio:alluxio-core-server-master",
@@ -22,11 +20,7 @@ PORTS = {"master_rpc": 19998, "master_web": 19999, "master_raft": 19200, "worker
 
 @pytest.fixture(scope="module")
 def f():
-    path = REPO / "roles/alluxio/filter_plugins/alluxio_filters.py"
-    spec = importlib.util.spec_from_file_location("alluxio_filters", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
+    return filter_plugins(REPO / "roles/alluxio/filter_plugins/alluxio_filters.py")
 
 
 def test_the_distribution_is_named_by_version_and_artifact_list(f):

@@ -1,20 +1,14 @@
 """The slurm_node role's gpu_product_name filter: the health config's model name from megahour's profiles."""
 
-import importlib.util
-
 import pytest
 from ansible.errors import AnsibleFilterError
 
 from megahour.inventory.profiles import PROFILES
-from tests.conftest import REPO
+from tests.conftest import REPO, filter_plugins
 
 
 def load_filters():
-    path = REPO / "roles/slurm_node/filter_plugins/gpu_profiles.py"
-    spec = importlib.util.spec_from_file_location("gpu_profiles", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.FilterModule().filters()
+    return filter_plugins(REPO / "roles/slurm_node/filter_plugins/gpu_profiles.py")
 
 
 @pytest.mark.parametrize("model", sorted(PROFILES))

@@ -5,6 +5,7 @@ import subprocess
 import pytest
 
 from megahour.slurm.client import SlurmClient, SlurmQueryError
+from megahour.slurm.jobs import squeue_by_name_args
 from tests.slurm.fixtures import RESERVATIONS, FakeRunner, healthy_runner
 
 
@@ -112,18 +113,7 @@ def test_bytes_output_is_decoded():
 def test_live_jobs_by_name_oldest_first():
     runner = FakeRunner({"squeue --noheader --name": ("12|RUNNING\n9|PENDING\n", "", 0)})
     assert SlurmClient(runner=runner).live_jobs("mh-ingest.x") == [("9", "PENDING"), ("12", "RUNNING")]
-    assert runner.calls == [
-        [
-            "squeue",
-            "--noheader",
-            "--name",
-            "mh-ingest.x",
-            "--states",
-            "PENDING,RUNNING,CONFIGURING,SUSPENDED,REQUEUED",
-            "--format",
-            "%i|%T",
-        ]
-    ]
+    assert runner.calls == [squeue_by_name_args("mh-ingest.x")]  # its argv is pinned in test_jobs
 
 
 def test_live_jobs_fail_closed():
