@@ -140,3 +140,19 @@ def test_a_closed_stdout_keeps_the_commands_own_failure_code(monkeypatch, capsys
     with closed_stdout(monkeypatch):
         assert cliutil.dispatch(argparse.Namespace(func=requeue, json=True)) == 85
     assert capsys.readouterr().err == ""
+
+
+def test_a_groups_errors_hold_for_its_commands_unless_one_declares_its_own() -> None:
+    def group_errors():
+        return (ValueError,)
+
+    def own_errors():
+        return (KeyError,)
+
+    parser = cliutil.Parser(prog="megahour")
+    sub = parser.add_subparsers(dest="command", required=True)
+    group = cliutil.add_group(sub, "g", help="a group", errors=group_errors)
+    cliutil.add_command(group, "a", lambda *_: 0, help="inherits", exits={0: "ok"})
+    cliutil.add_command(group, "b", lambda *_: 0, help="its own", exits={0: "ok"}, errors=own_errors)
+    assert parser.parse_args(["g", "a"]).errors is group_errors
+    assert parser.parse_args(["g", "b"]).errors is own_errors

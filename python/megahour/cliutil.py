@@ -31,6 +31,8 @@ ErrorTypes = Callable[[], tuple[type[BaseException], ...]]
 Subparsers = argparse._SubParsersAction
 
 USAGE_EXIT = 2
+# What exit 1 means for most commands (their help's epilog).
+FAILED = "an error: the message names the cause and the fix"
 DISTRIBUTION = "megahour"
 # Output that is not a terminal (a pipe, a file, the journal) is read by programs and people searching
 # it, not at 80 columns: lay it out this wide so no line wraps and no table cell is cut or ellipsized.
@@ -106,9 +108,18 @@ def no_errors() -> tuple[type[BaseException], ...]:
     return ()
 
 
-def add_group(subparsers: Subparsers, name: str, *, help: str, description: str | None = None) -> Subparsers:
-    """``megahour NAME COMMAND ...``: returns the subparsers to add the group's commands to."""
+def add_group(
+    subparsers: Subparsers,
+    name: str,
+    *,
+    help: str,
+    errors: ErrorTypes = no_errors,
+    description: str | None = None,
+) -> Subparsers:
+    """``megahour NAME COMMAND ...``: returns the subparsers to add the group's commands to. ``errors``
+    holds for every command of the group (a command's own ``errors`` replaces it)."""
     parser = subparsers.add_parser(name, help=help, description=description or help)
+    parser.set_defaults(errors=errors)
     return parser.add_subparsers(
         dest="sub",
         required=True,
@@ -125,12 +136,15 @@ def add_command(
     *,
     help: str,
     exits: Mapping[int, str],
-    errors: ErrorTypes = no_errors,
+    errors: ErrorTypes | None = None,
     description: str | None = None,
 ) -> argparse.ArgumentParser:
-    """One command: ``func(args, console) -> exit code``; ``exits`` documents the codes it returns."""
+    """One command: ``func(args, console) -> exit code``; ``exits`` documents the codes it returns.
+    ``errors`` defaults to its group's."""
     parser = subparsers.add_parser(name, help=help, description=description or help, epilog=exit_codes(exits))
-    parser.set_defaults(func=func, errors=errors)
+    parser.set_defaults(func=func)
+    if errors is not None:
+        parser.set_defaults(errors=errors)
     return parser
 
 

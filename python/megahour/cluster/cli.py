@@ -22,18 +22,17 @@ def errors() -> tuple[type[BaseException], ...]:
 
 
 def register(subparsers: cliutil.Subparsers) -> None:
-    host = cliutil.add_group(subparsers, "host", help="this machine (the control node)")
+    host = cliutil.add_group(subparsers, "host", help="this machine (the control node)", errors=errors)
     p = cliutil.add_command(
         host,
         "prereqs",
         _cmd_host_prereqs,
         help="check (and with --install, install) podman, runc, debootstrap",
         exits={0: "every prerequisite is present (or was installed)", 1: "something is missing"},
-        errors=errors,
     )
     p.add_argument("--install", action="store_true", help="install what is missing (root on Debian/Ubuntu)")
 
-    cluster = cliutil.add_group(subparsers, "cluster", help="the local podman cluster")
+    cluster = cliutil.add_group(subparsers, "cluster", help="the local podman cluster", errors=errors)
     failed = "podman or the cluster's spec failed (the message says which)"
     cliutil.add_command(
         cluster,
@@ -41,7 +40,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_cluster_image,
         help="build the node image (cached by recipe)",
         exits={0: "the image is built (or was cached)", 1: failed},
-        errors=errors,
     )
     p = cliutil.add_command(
         cluster,
@@ -49,7 +47,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_cluster_up,
         help="create the containers and write the local inventory",
         exits={0: "the cluster is up and the inventory written", 1: failed},
-        errors=errors,
     )
     p.add_argument("--nodes", type=int, default=2, help="compute nodes")
     p.add_argument("--gpus-per-node", type=int, default=2, help="fake GPUs per compute node")
@@ -70,7 +67,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_cluster_down,
         help="remove the containers, network and local inventory",
         exits={0: "nothing of the cluster is left", 1: failed},
-        errors=errors,
     )
     p.add_argument("--inventory", default=str(DEFAULT_LOCAL_INVENTORY), help="generated inventory file")
     p = cliutil.add_command(
@@ -82,7 +78,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
             0: "every host and service is healthy",
             1: "no local cluster, or a host or service is not healthy",
         },
-        errors=errors,
     )
     cliutil.add_json_flag(p)
 

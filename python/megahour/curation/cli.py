@@ -15,8 +15,6 @@ from megahour import cliutil
 if TYPE_CHECKING:
     from rich.console import Console
 
-FAILED = "an error: the message names the cause and the fix"
-
 
 def errors() -> tuple[type[BaseException], ...]:
     from megahour.curation.errors import CurationError
@@ -42,15 +40,14 @@ def _warehouse_args(p: argparse.ArgumentParser) -> None:
 
 def _register_warehouse(subparsers: cliutil.Subparsers) -> None:
     wh = cliutil.add_group(
-        subparsers, "warehouse", help="the episodes warehouse (chDB embedded or ClickHouse)"
+        subparsers, "warehouse", help="the episodes warehouse (chDB embedded or ClickHouse)", errors=errors
     )
     p = cliutil.add_command(
         wh,
         "init",
         _cmd_warehouse_init,
         help="create the database and the episodes table (idempotent)",
-        exits={0: "the table exists", 1: FAILED},
-        errors=errors,
+        exits={0: "the table exists", 1: cliutil.FAILED},
     )
     _warehouse_args(p)
     p = cliutil.add_command(
@@ -58,8 +55,7 @@ def _register_warehouse(subparsers: cliutil.Subparsers) -> None:
         "count",
         _cmd_warehouse_count,
         help="episodes as reads see them (one per episode_id)",
-        exits={0: "counted", 1: FAILED},
-        errors=errors,
+        exits={0: "counted", 1: cliutil.FAILED},
     )
     _warehouse_args(p)
     p = cliutil.add_command(
@@ -67,8 +63,7 @@ def _register_warehouse(subparsers: cliutil.Subparsers) -> None:
         "upsert",
         _cmd_warehouse_upsert,
         help="write episode records from a JSON-lines file (idempotent)",
-        exits={0: "every record is written", 1: FAILED},
-        errors=errors,
+        exits={0: "every record is written", 1: cliutil.FAILED},
     )
     p.add_argument("records", help="JSON lines, one episode record each")
     _warehouse_args(p)
@@ -77,8 +72,7 @@ def _register_warehouse(subparsers: cliutil.Subparsers) -> None:
         "synth",
         _cmd_warehouse_synth,
         help="generate a synthetic episodes table in the warehouse (benchmarks)",
-        exits={0: "the rows are generated", 1: FAILED},
-        errors=errors,
+        exits={0: "the rows are generated", 1: cliutil.FAILED},
     )
     p.add_argument("--rows", type=int, required=True, help="rows to generate")
     p.add_argument("--seed", type=int, default=0, help="fixes the generated rows")
@@ -88,15 +82,14 @@ def _register_warehouse(subparsers: cliutil.Subparsers) -> None:
 
 def _register_manifest(subparsers: cliutil.Subparsers) -> None:
     man = cliutil.add_group(
-        subparsers, "manifest", help="training manifests: build, fetch, verify, inspect, slice"
+        subparsers, "manifest", help="training manifests: build, fetch, verify, inspect, slice", errors=errors
     )
     p = cliutil.add_command(
         man,
         "build",
         _cmd_manifest_build,
         help="run a selection in the warehouse and write an Arrow IPC manifest",
-        exits={0: "the manifest is written", 1: FAILED},
-        errors=errors,
+        exits={0: "the manifest is written", 1: cliutil.FAILED},
     )
     p.add_argument("output", help="the manifest file to write (atomically)")
     p.add_argument("--world-size", type=int, required=True, help="ranks that will load it (one batch each)")
@@ -113,8 +106,7 @@ def _register_manifest(subparsers: cliutil.Subparsers) -> None:
         "fetch",
         _cmd_manifest_fetch,
         help="download once per node with parallel ranged reads, verify, publish",
-        exits={0: "the local copy is current and verified", 1: FAILED},
-        errors=errors,
+        exits={0: "the local copy is current and verified", 1: cliutil.FAILED},
     )
     p.add_argument("source", help="path, http:// or fsspec URL of the built manifest")
     p.add_argument("dest", help="node-local path")
@@ -126,8 +118,7 @@ def _register_manifest(subparsers: cliutil.Subparsers) -> None:
         "verify",
         _cmd_manifest_verify,
         help="recompute a local manifest's content hash and stamp it verified",
-        exits={0: "the content matches its hash", 1: FAILED},
-        errors=errors,
+        exits={0: "the content matches its hash", 1: cliutil.FAILED},
     )
     p.add_argument("path", help="a local manifest")
     cliutil.add_json_flag(p)
@@ -137,8 +128,7 @@ def _register_manifest(subparsers: cliutil.Subparsers) -> None:
         "inspect",
         _cmd_manifest_inspect,
         help="a manifest's embedded metadata (query, rows, hash)",
-        exits={0: "the manifest was read", 1: FAILED},
-        errors=errors,
+        exits={0: "the manifest was read", 1: cliutil.FAILED},
     )
     p.add_argument("path", help="a local manifest")
     cliutil.add_json_flag(p)
@@ -148,8 +138,7 @@ def _register_manifest(subparsers: cliutil.Subparsers) -> None:
         "slice",
         _cmd_manifest_slice,
         help="open one rank's slice the way a trainer does and report it",
-        exits={0: "the slice opened", 1: FAILED},
-        errors=errors,
+        exits={0: "the slice opened", 1: cliutil.FAILED},
     )
     p.add_argument("path", help="a local, verified manifest")
     p.add_argument("--rank", type=int, required=True, help="the rank whose slice to open")

@@ -14,7 +14,6 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 DEFAULT_CONFIG = "/etc/megahour/cache.yml"
-FAILED = "an error: the message names the cause and the fix"
 
 
 def errors() -> tuple[type[BaseException], ...]:
@@ -34,15 +33,14 @@ def register(subparsers: cliutil.Subparsers) -> None:
 
     specs = sorted(SAMPLE_SPECS)
     cache = cliutil.add_group(
-        subparsers, "cache", help="the NVMe cache tier: warm it from a manifest, read, status"
+        subparsers, "cache", help="the NVMe cache tier: warm it from a manifest, read, status", errors=errors
     )
     p = cliutil.add_command(
         cache,
         "warm",
         _cmd_warm,
         help="load exactly the page ranges a manifest's samples need",
-        exits={0: "every page range was read", 1: FAILED},
-        errors=errors,
+        exits={0: "every page range was read", 1: cliutil.FAILED},
     )
     p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest fetch)")
     p.add_argument(
@@ -61,7 +59,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_status,
         help="per-worker usage and the hit ratio; exit 1 when a worker is down",
         exits={0: "every worker is active", 1: "a worker is not active, or an error"},
-        errors=errors,
     )
     cliutil.add_json_flag(p)
     _config_arg(p)
@@ -71,8 +68,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "read",
         _cmd_read,
         help="deliver a rank's samples through the cache, as the loader does",
-        exits={0: "every sample was delivered", 1: FAILED},
-        errors=errors,
+        exits={0: "every sample was delivered", 1: cliutil.FAILED},
     )
     p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest fetch)")
     p.add_argument("--rank", type=int, default=0, help="the rank whose samples to read")

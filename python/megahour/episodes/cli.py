@@ -40,7 +40,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
     from megahour.episodes.layout import READ_PATTERNS, SAMPLE_SPECS
 
     eps = cliutil.add_group(
-        subparsers, "episodes", help="episode container: simulate, transcode, inspect, bench"
+        subparsers, "episodes", help="episode container: simulate, transcode, inspect, bench", errors=errors
     )
     p = cliutil.add_command(
         eps,
@@ -48,7 +48,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_simulate,
         help="render a seeded pybullet episode as a raw per-frame-JPEG MCAP",
         exits={0: "the episode is written", 1: FAILED},
-        errors=errors,
     )
     p.add_argument("output", help="the raw episode file to write (.mcap)")
     p.add_argument("--seed", type=int, default=0, help="fixes the scene and the robot's motion")
@@ -62,7 +61,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_transcode,
         help="raw episode -> H.264, read-pattern GOP, topic-group chunks",
         exits={0: "the tuned episode is written", 1: FAILED},
-        errors=errors,
     )
     p.add_argument("raw", help="the raw episode (per-frame JPEG MCAP)")
     p.add_argument("output", help="the tuned episode file to write (.mcap)")
@@ -94,7 +92,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_inspect,
         help="topics, groups, chunks and keyframes of an episode (path or URL)",
         exits={0: "the episode was read", 1: FAILED},
-        errors=errors,
     )
     p.add_argument("episode", help="path or URL (http://, or any fsspec URL)")
     cliutil.add_json_flag(p)
@@ -105,7 +102,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_bench,
         help="read random samples and report fetches, bytes and latency",
         exits={0: "the samples were read", 1: FAILED},
-        errors=errors,
     )
     p.add_argument("episode", help="path or URL (http://, or any fsspec URL)")
     p.add_argument("--spec", default="vla", choices=sorted(SAMPLE_SPECS), help="sample spec")
@@ -125,7 +121,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_doctor,
         help="check codecs and an encode/write/read round trip on this node",
         exits={0: "the episode stack works here", 1: "a problem (each is printed), or an error"},
-        errors=errors,
     )
     cliutil.add_json_flag(
         p, help="print the report as one JSON line (nodes' reports interleave through srun)"

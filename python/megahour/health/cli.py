@@ -23,14 +23,13 @@ def errors() -> tuple[type[BaseException], ...]:
 
 
 def register(subparsers: cliutil.Subparsers) -> None:
-    health = cliutil.add_group(subparsers, "health", help="GPU and host health gates")
+    health = cliutil.add_group(subparsers, "health", help="GPU and host health gates", errors=errors)
     p = cliutil.add_command(
         health,
         "check",
         _cmd_check,
         help="run a check suite here and print the verdicts",
         exits={0: "the gate passes (every verdict PASS or WARN)", 1: "a check failed, or the config is bad"},
-        errors=errors,
     )
     p.add_argument(
         "--suite", choices=SUITES, default="full", help="which checks: the Prolog's fast ones or all"
@@ -56,7 +55,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
             _cmd_hook,
             help=text,
             exits={0: "the gate passes", 1: f"{fail}; any error fails closed with 1 too"},
-            errors=errors,
         )
         p.set_defaults(hook=hook)
         if hook == "healthcheck":

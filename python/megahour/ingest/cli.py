@@ -16,7 +16,6 @@ if TYPE_CHECKING:
 
 # A failed summary step means the run failed (a critical step did): Airflow marks the run failed on it.
 RUN_FAILED_EXIT = 3
-FAILED = "an error: the message names the cause and the fix"
 
 
 def errors() -> tuple[type[BaseException], ...]:
@@ -37,7 +36,10 @@ def register(subparsers: cliutil.Subparsers) -> None:
     from megahour.ingest.steps import STEPS
 
     ing = cliutil.add_group(
-        subparsers, "ingest", help="ingestion: steps the Airflow DAG runs, the baseline, test data"
+        subparsers,
+        "ingest",
+        help="ingestion: steps the Airflow DAG runs, the baseline, test data",
+        errors=errors,
     )
     p = cliutil.add_command(
         ing,
@@ -49,7 +51,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
             1: "the step failed (Airflow retries it), or an error",
             RUN_FAILED_EXIT: "summary only: a critical step failed, so the run failed",
         },
-        errors=errors,
     )
     p.add_argument(
         "step",
@@ -70,10 +71,9 @@ def register(subparsers: cliutil.Subparsers) -> None:
         help="the single-process baseline: every step serially",
         exits={
             0: "the run succeeded",
-            1: FAILED,
+            1: cliutil.FAILED,
             RUN_FAILED_EXIT: "the run failed (a step's message says which)",
         },
-        errors=errors,
     )
     p.add_argument("--run-dir", required=True, help="the run's folder")
     p.add_argument("--params", help="run params as JSON (landing, storage, steps, ...)")
@@ -85,8 +85,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "plan",
         _cmd_plan,
         help="bin-pack a landing zone and print the worker count and batches",
-        exits={0: "planned", 1: FAILED},
-        errors=errors,
+        exits={0: "planned", 1: cliutil.FAILED},
     )
     p.add_argument("--landing", help="default: the settings' landing zone")
     p.add_argument("--max-workers", type=int, help="at most this many workers (default: the settings' limit)")
@@ -98,8 +97,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "landing",
         _cmd_landing,
         help="write simulated raw episodes (some corrupt) into a landing zone",
-        exits={0: "the episodes are written", 1: FAILED},
-        errors=errors,
+        exits={0: "the episodes are written", 1: cliutil.FAILED},
     )
     p.add_argument("dest", help="the landing zone folder to write into")
     p.add_argument("--count", type=int, default=20, help="raw episodes to write")

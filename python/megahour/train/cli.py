@@ -52,7 +52,7 @@ def require_torch() -> None:
 
 def register(subparsers: cliutil.Subparsers) -> None:
     train = cliutil.add_group(
-        subparsers, "train", help="the trainer, the Muon strategy selector and self-check"
+        subparsers, "train", help="the trainer, the Muon strategy selector and self-check", errors=errors
     )
     p = cliutil.add_command(
         train,
@@ -60,7 +60,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_run,
         help="train the world-action model (one process per rank; use torchrun)",
         exits={0: "trained every step", 1: FAILED},
-        errors=errors,
     )
     p.add_argument("--steps", type=int, default=50, help="optimizer steps to train in all (resumes count)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per rank per step")
@@ -89,7 +88,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
         _cmd_select,
         help="which Muon strategy the cost model picks for a layout",
         exits={0: "chosen", 1: FAILED},
-        errors=errors,
     )
     p.add_argument("--nodes", type=int, required=True, help="nodes in the job")
     p.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
@@ -106,7 +104,6 @@ def register(subparsers: cliutil.Subparsers) -> None:
             0: "every strategy is bit-exact, with identical replicas and the modelled bytes",
             1: "a mismatch, or " + FAILED,
         },
-        errors=errors,
     )
     p.add_argument("--layouts", default="1x1,1x4,2x2,2x4,4x2", help="NODESxGPUS, comma-separated")
     p.add_argument("--steps", type=int, default=3, help="optimizer steps per layout")
