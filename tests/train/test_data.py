@@ -1,31 +1,35 @@
+"""Data order and the synthetic dataset: pure functions of (seed, step, rank), no files."""
+
 from __future__ import annotations
 
-from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
-import pyarrow as pa
 import pytest
+import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from megahour.curation import fetch, manifest
-from megahour.curation.load import open_rank
-from megahour.episodes import mcapio, transcode
-from megahour.episodes.synthetic import synthetic_recording
-from megahour.train.data import EpisodeSource, SyntheticSource, collate, plan_batch
-from megahour.train.model import ModelConfig, WorldActionModel
-from megahour.train.selfcheck import train_worker
-from megahour.train.spawn import run_local_world
-from megahour.train.topology import Topology
-from megahour.train.trainer import TrainConfig
+from megahour.train.data import (
+    DataError,
+    StepBatchSampler,
+    SyntheticDataset,
+    _resize,
+    batch_loader,
+    collate,
+    plan_batch,
+)
 
-CONFIG = ModelConfig()
+CONFIG = SimpleNamespace(
+    image_size=16, cameras=2, context_frames=3, future_frames=2, proprio_dim=6, action_dim=4,
+    past_actions=2, action_chunk=3,
+)  # fmt: skip
 
 
 @given(rows=st.integers(1, 50), batch=st.integers(1, 16), seed=st.integers(0, 2**32))
 @settings(max_examples=100, deadline=None)
 def test_every_row_once_per_epoch_and_the_same_plan_every_time(rows, batch, seed) -> None:
-    source = SyntheticSource(CONFIG, rows, seed=seed)
+    source = SyntheticDataset(CONFIG, rows, seed=seed)
     steps = -(-2 * rows // batch)  # two epochs' worth
     items = [it for s in range(steps) for it in plan_batch(s, batch, source.epoch_order, rows).items]
     for epoch in (0, 1):
@@ -34,11 +38,27 @@ def test_every_row_once_per_epoch_and_the_same_plan_every_time(rows, batch, seed
     assert items == again
 
 
-def test_ranks_draw_different_synthetic_rows() -> None:
-    a = SyntheticSource(CONFIG, 8, seed=1, rank=0).sample(3, 0)
-    b = SyntheticSource(CONFIG, 8, seed=1, rank=1).sample(3, 0)
+def test_the_sampler_yields_the_plan_and_a_resumed_sampler_its_tail() -> None:
+    source = SyntheticDataset(CONFIG, 7, seed=5)
+    whole = list(StepBatchSampler(source, 3, 0, 10))
+    assert len(StepBatchSampler(source, 3, 0, 10)) == 10
+    assert whole == [plan_batch(s, 3, source.epoch_order, 7).items for s in range(10)]
+    assert list(StepBatchSampler(SyntheticDataset(CONFIG, 7, seed=5), 3, 4, 10)) == whole[4:]
+
+
+def test_synthetic_samples_follow_the_contract_and_ranks_differ() -> None:
+    a = SyntheticDataset(CONFIG, 8, seed=1, rank=0)[(0, 3)]
+    b = SyntheticDataset(CONFIG, 8, seed=1, rank=1)[(0, 3)]
+    c = CONFIG
+    assert a["frames"].shape == (c.context_frames, c.cameras, 3, c.image_size, c.image_size)
+    assert a["future_frames"].shape == (c.future_frames, c.cameras, 3, c.image_size, c.image_size)
+    assert a["frames"].dtype == a["future_frames"].dtype == np.uint8
+    assert a["proprio"].shape == (c.proprio_dim,) and a["proprio"].dtype == np.float32
+    assert a["past_actions"].shape == (c.past_actions, c.action_dim)
+    assert a["actions"].shape == (c.action_chunk, c.action_dim) and a["actions"].dtype == np.float32
+    assert not np.array_equal(a["frames"][:, 0], a["frames"][:, 1])  # one blob per camera
     assert not np.array_equal(a["frames"], b["frames"])
-    assert np.array_equal(a["frames"], SyntheticSource(CONFIG, 8, seed=1, rank=0).sample(3, 0)["frames"])
+    assert np.array_equal(a["frames"], SyntheticDataset(CONFIG, 8, seed=1, rank=0)[(0, 3)]["frames"])
 
 
 def test_a_rank_without_rows_gets_a_clear_error() -> None:
@@ -46,59 +66,21 @@ def test_a_rank_without_rows_gets_a_clear_error() -> None:
         plan_batch(0, 4, lambda e: np.arange(0), 0)
 
 
-@pytest.fixture(scope="module")
-def episode_manifest(tmp_path_factory) -> Path:
-    """Four rows over two episodes, laid out for two ranks."""
-    root = tmp_path_factory.mktemp("train-episodes")
-    uris = []
-    for seed in range(2):
-        recording, _ = synthetic_recording(1.5, seed=seed)
-        raw = root / f"raw-{seed}.mcap"
-        mcapio.write_raw(recording, raw, chunk_bytes=64 * 1024)
-        tuned = root / f"ep-{seed}.mcap"
-        transcode.transcode(raw, tuned)
-        uris.append(str(tuned))
-    table = pa.table({"episode_id": [f"ep-{i}" for i in range(4)], "storage_uri": uris * 2})
-    path = root / "train.arrow"
-    manifest.write_manifest(table, path, world_size=2, query="test", warehouse="test", warehouse_version="0")
-    fetch.mark_verified(path)
-    return path
+def test_resize_crops_the_centre_and_rounds_block_means_to_uint8() -> None:
+    frames = np.zeros((1, 4, 6, 3), dtype=np.uint8)
+    frames[0, :, 1:5] = [[[0, 1, 255]], [[1, 2, 255]], [[0, 1, 255]], [[1, 2, 255]]]  # centre 4x4
+    out = _resize(frames, 2)
+    assert out.dtype == np.uint8 and out.shape == (1, 3, 2, 2)
+    assert out[0, :, 0, 0].tolist() == [0, 2, 255]  # means 0.5, 1.5, 255 round half to even
+    with pytest.raises(DataError, match="smaller than the model's 8x8 input; lower the model's image_size"):
+        _resize(frames, 8)
 
 
-def test_ranks_read_global_rows_each_once_per_epoch(episode_manifest) -> None:
-    sources = [EpisodeSource(CONFIG, open_rank(episode_manifest, rank, 2), seed=3) for rank in range(2)]
-    for epoch in (0, 1):
-        orders = [sorted(int(r) for r in s.epoch_order(epoch)) for s in sources]
-        assert sorted(orders[0] + orders[1]) == [0, 1, 2, 3]  # every row once, across ranks
-    # rows are global manifest rows, looked up in the whole table: row r is episode r % 2
-    for source in sources:
-        for row in source.epoch_order(0):
-            assert source.uri(int(row)).endswith(f"ep-{int(row) % 2}.mcap")
-    row = int(sources[1].epoch_order(0)[0])
-    assert sources[1].sample(row, 0)["frames"].shape == (CONFIG.context_frames, 3, 32, 32)
-    for source in sources:
-        source.close()
-
-
-def test_episode_rows_become_model_inputs(episode_manifest) -> None:
-    with pytest.warns(UserWarning, match="laid out for 2 ranks"):
-        source = EpisodeSource(CONFIG, open_rank(episode_manifest, 0, 1), seed=3)
-    sample = source.sample(1, 0)
-    assert sample["frames"].shape == (CONFIG.context_frames, 3, 32, 32)
-    assert sample["future_frames"].shape == (CONFIG.future_frames, 3, 32, 32)
-    assert sample["past_actions"].shape == (CONFIG.past_actions, CONFIG.action_dim)
-    assert sample["actions"].shape == (CONFIG.action_chunk, CONFIG.action_dim)
-    assert sample["frames"].min() >= 0 and sample["frames"].max() <= 1 and sample["frames"].std() > 0
-    assert np.abs(sample["actions"]).sum() > 0  # real action values, not padding
-    assert np.array_equal(source.sample(1, 0)["frames"], sample["frames"])  # same (epoch, row), same bytes
-    batch = collate([sample, source.sample(0, 0)])
-    loss = WorldActionModel(CONFIG).loss(batch)
-    assert loss.ndim == 0 and np.isfinite(loss.item())
-    source.close()
-
-
-def test_the_trainer_reads_a_manifest_on_two_ranks(tmp_path, episode_manifest) -> None:
-    config = TrainConfig(steps=3, batch_size=2, manifest=episode_manifest, checkpoint_dir=tmp_path)
-    results = run_local_world(Topology(1, 2), train_worker, config=config)
-    assert all(r["steps"] == 3 and np.isfinite(r["final_loss"]) for r in results)
-    assert len({r["digest"] for r in results}) == 1
+def test_synthetic_batches_stack_to_tensors_in_step_order() -> None:
+    source = SyntheticDataset(CONFIG, 5, seed=2)
+    batches = list(batch_loader(source, batch_size=2, start_step=1, steps=4))
+    assert len(batches) == 3
+    expected = collate([source[item] for item in plan_batch(1, 2, source.epoch_order, 5).items])
+    assert batches[0].keys() == expected.keys()
+    assert all(torch.equal(batches[0][k], expected[k]) for k in expected)
+    assert batches[0]["frames"].dtype == torch.uint8 and batches[0]["frames"].shape[:2] == (2, 3)

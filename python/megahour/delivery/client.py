@@ -19,7 +19,7 @@ import os
 import threading
 import time
 import urllib.parse
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -125,9 +125,12 @@ class CacheConfig:
         atomic_write_text(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False), 0o644)
 
     def object_key(self, storage_uri: str) -> str:
-        """The episode's path below root_ufs (``BUCKET/KEY`` to the proxies' S3 API)."""
+        """The episode's path below root_ufs (``BUCKET/KEY`` to the proxies' S3 API); the storage URI
+        itself when there is no cache tier (no root_ufs: ``direct_client``)."""
         text = storage_uri.removeprefix("file://")
         roots = [r.removeprefix("file://") for r in (self.root_ufs, self.local_root) if r]
+        if not roots:
+            return storage_uri
         root = next((r for r in roots if text.startswith(r + "/")), None)
         if root is None:
             raise DeliveryError(
@@ -177,8 +180,9 @@ class CacheClient:
         *,
         bypass: bool = False,
     ) -> None:
-        """``bypass``: read everything from the under-store directly (the no-cache baseline)."""
-        if not config.workers:
+        """``bypass``: read everything from the under-store directly (the no-cache baseline; then the
+        config may list no workers, as ``direct_client``'s does)."""
+        if not config.workers and not bypass:
             raise DeliveryError(
                 "the cache config lists no workers: deploy roles/alluxio on the compute nodes"
             )
@@ -362,6 +366,52 @@ class HttpTransport:
         raise DeliveryError(
             f"{key}: the under-store {self.config.under_store_url} answered {status} to a range read"
         )
+
+
+class DirectTransport:
+    """No cache tier: the "under-store" of each read is the episode's own storage, its key the storage
+    URI (a path, file://, http:// or an fsspec URL). Keeps up to ``open_limit`` sources open."""
+
+    def __init__(self, open_limit: int = 64) -> None:
+        self._sources: OrderedDict[str, object] = OrderedDict()
+        self._limit = max(1, open_limit)
+        self._lock = threading.Lock()
+
+    def proxy_get(self, worker: Worker, key: str, offset: int, length: int) -> bytes:
+        raise WorkerUnavailable(f"{key}: no cache tier (direct reads)")
+
+    def under_store_get(self, key: str, offset: int, length: int) -> bytes:
+        from megahour.episodes.source import open_source
+
+        with self._lock:
+            source = self._sources.get(key)
+            if source is not None:
+                self._sources.move_to_end(key)
+        if source is None:
+            source = open_source(key)  # outside the lock: an HTTP source asks the server for its size
+            evicted = []
+            with self._lock:
+                kept = self._sources.setdefault(key, source)
+                while len(self._sources) > self._limit:
+                    evicted.append(self._sources.popitem(last=False)[1])
+            if kept is not source:
+                evicted.append(source)
+                source = kept
+            for old in evicted:
+                old.close()  # a read still on it fails with OSError, and the loader retries it whole
+        return source.read_range(offset, length)
+
+    def close(self) -> None:
+        with self._lock:
+            sources, self._sources = list(self._sources.values()), OrderedDict()
+        for source in sources:
+            source.close()
+
+
+def direct_client() -> CacheClient:
+    """A client for a node without a cache tier: every read goes to the episode's own storage (the
+    manifest's storage_uri is the key), through the same ``CacheLoader`` a cached job uses."""
+    return CacheClient(CacheConfig(root_ufs="", workers=()), DirectTransport(), bypass=True)
 
 
 def _ranged_body(status: int, data: bytes, offset: int, length: int) -> bytes:

@@ -40,10 +40,14 @@ def all_refs(path: str | Path, config: CacheConfig) -> list[SampleRef]:
         source.close()
 
 
+def take_refs(ranked: load.RankManifest, rows: np.ndarray, config: CacheConfig) -> list[SampleRef]:
+    """Refs of global rows of an open rank manifest (copies only those rows)."""
+    return _refs(ranked.take(rows), np.asarray(rows), config, ranked.path)
+
+
 def epoch_refs(
     path: str | Path, config: CacheConfig, rank: int, world: int, epoch: int, seed: int = 0
 ) -> list[SampleRef]:
     """One rank's rows in an epoch's seeded order (the same order on every retry and resume)."""
     with load.open_rank(path, rank, world) as ranked:
-        rows = ranked.epoch_rows(epoch, seed)
-        return _refs(ranked.take(rows), np.asarray(rows), config, str(path))
+        return take_refs(ranked, ranked.epoch_rows(epoch, seed), config)
