@@ -1,0 +1,49 @@
+"""benchmarks/train_gpu.py's smoke mode on the CPU: it runs, and its JSON has the stable keys."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO
+
+SCRIPT = REPO / "benchmarks" / "train_gpu.py"
+KEYS = {
+    "commit", "environment", "preset", "model", "parameters", "tokens_per_sample", "batch_size",
+    "warmup_steps", "timed_steps", "warmup_seconds", "compile", "autocast", "data", "workers",
+    "step_seconds_mean", "step_seconds_median", "step_seconds_p99", "data_wait_fraction",
+    "samples_per_second", "flops_per_sample", "achieved_flops_per_second", "peak_flops", "mfu",
+    "loss_first", "loss_last", "max_memory_bytes",
+}  # fmt: skip
+
+
+def _run(tmp_path, *extra: str, env: dict | None = None) -> dict:
+    out = tmp_path / "figures.json"
+    argv = [sys.executable, str(SCRIPT), "--quick", "--device", "cpu", "--preset", "tiny", "--json", str(out)]
+    subprocess.run([*argv, *extra], check=True, capture_output=True, text=True, timeout=300, env=env)
+    return json.loads(out.read_text())
+
+
+def test_quick_cpu_run_writes_every_key(tmp_path) -> None:
+    figures = _run(tmp_path, env={**os.environ, "MEGAHOUR_PEAK_FLOPS": "1e12"})
+    assert set(figures) == KEYS
+    assert set(figures["environment"]) >= {"torch", "cuda", "gpu", "driver", "device"}
+    assert figures["environment"]["device"] == "cpu" and figures["autocast"] is None
+    assert figures["timed_steps"] == 3 and figures["data"] == "device" and figures["data_wait_fraction"] < 1
+    assert figures["flops_per_sample"] == 50_374_656  # the tiny preset's ModelConfig.flops_per_sample()
+    assert figures["peak_flops"] == 1e12 and 0 < figures["mfu"] < 1
+    stats = figures["step_seconds_median"], figures["step_seconds_mean"], figures["step_seconds_p99"]
+    assert all(s > 0 for s in stats) and figures["step_seconds_p99"] >= figures["step_seconds_median"]
+
+
+def test_the_data_hook_feeds_from_the_trainers_loader(tmp_path) -> None:
+    data = pytest.importorskip("megahour.train.data")
+    if not all(hasattr(data, name) for name in ("batch_loader", "SyntheticDataset")):
+        pytest.skip("megahour.train.data has no batch_loader/SyntheticDataset yet")
+    figures = _run(tmp_path, "--data", "synthetic", "--workers", "0")
+    assert figures["data"] == "synthetic" and figures["mfu"] is None  # no peak on the CPU
+    assert 0 <= figures["data_wait_fraction"] < 1
