@@ -103,3 +103,73 @@ def test_link_model_rejects_nonsense() -> None:
 
 def test_no_matrices_means_replicated() -> None:
     assert select_strategy(Topology(4, 8), []).strategy is Strategy.REPLICATED
+
+
+def test_fully_sharded_is_a_candidate_only_when_asked() -> None:
+    from megahour.train.costmodel import ALL_CANDIDATES
+
+    default = select_strategy(Topology(4, 8), LLAMA8B, DEFAULT_LINKS)
+    assert Strategy.FULLY_SHARDED not in {p.strategy for p in default.predictions}
+    asked = select_strategy(Topology(4, 8), LLAMA8B, DEFAULT_LINKS, candidates=ALL_CANDIDATES)
+    assert set(asked.to_dict()["predictions"]) == {"world", "per_node", "replicated", "fully_sharded"}
+    with pytest.raises(ValueError, match="at least one candidate"):
+        select_strategy(Topology(4, 8), LLAMA8B, DEFAULT_LINKS, candidates=())
+
+
+def test_the_selector_picks_fully_sharded_exactly_when_the_model_says_so() -> None:
+    from dataclasses import replace
+
+    from megahour.train.costmodel import ALL_CANDIDATES
+
+    topo = Topology(4, 8)
+    # Unprobed: a pair costs two world latencies and its owner bytes (6/(2·S) of world's per matrix,
+    # times S-1) go at the world rate: more than world's broadcast, so world wins.
+    slow = select_strategy(topo, LLAMA8B, DEFAULT_LINKS, candidates=ALL_CANDIDATES)
+    assert slow.strategy is Strategy.WORLD
+    # A fabric where the gather/scatter pair is cheap (a probe said so): the same compute as world,
+    # less comm.
+    fast_links = replace(DEFAULT_LINKS, shard_alpha_s=1e-6, shard_bytes_per_s=1e13)
+    fast = select_strategy(topo, LLAMA8B, fast_links, candidates=ALL_CANDIDATES)
+    assert fast.strategy is Strategy.FULLY_SHARDED
+    seconds = {p.strategy: p.seconds for p in fast.predictions}
+    assert seconds[Strategy.FULLY_SHARDED] == min(seconds.values())
+
+
+def test_fully_sharded_prediction_is_the_documented_formula() -> None:
+    from megahour.train.costmodel import owner_shard_bytes, padded_shard_elements
+
+    links = LinkModel(1e-3, 1e6, 2e-3, 1e5, 1e9, shard_alpha_s=5e-3, shard_bytes_per_s=2e5)
+    topo = Topology(2, 2)
+    shapes = [(7, 20), (3, 50), (13, 9)]
+    p = predict(Strategy.FULLY_SHARDED, topo, shapes, links)
+    assert (
+        owner_shard_bytes(shapes, 4)
+        == 3 * padded_shard_elements(shapes, 4) * 6
+        == 3 * (2 * 20 + 50 + 4 * 9) * 6
+    )
+    assert math.isclose(p.comm_seconds, 3 * 5e-3 + owner_shard_bytes(shapes, 4) / 2e5)
+    assert math.isclose(p.compute_seconds, busiest_ns_flops(shapes, 4) / 1e9)
+    # HSDP with one node a shard group: node links, two node latencies a pair, no inter bytes
+    hsdp = predict(Strategy.FULLY_SHARDED, topo, shapes, links, shard_size=2)
+    assert math.isclose(hsdp.comm_seconds, 3 * 2e-3 + owner_shard_bytes(shapes, 2) / 1e6)
+    assert hsdp.bytes.inter == 0
+
+
+def test_fully_sharded_bytes_at_four_nodes_in_closed_form() -> None:
+    """The issue's "at 4 nodes fully sharded moves >= 4x per-node's broadcast bytes", on this ledger:
+    with rows divisible by W the total is 6·M·(W-1)/W against per-node's 2·M·N·(G-1), so the ratio is
+    3(W-1)/(W·N(G-1)): 21/32 at 4x2 and 93/896 at 4x8; inter and ingress are 6·M·(N-1)/N against 0."""
+    from fractions import Fraction
+
+    m = sum(a * b for a, b in LLAMA8B)  # every row count divisible by 32
+    for n, g in ((4, 2), (4, 8)):
+        topo = Topology(n, g)
+        w = topo.world_size
+        fs = muon_bytes(Strategy.FULLY_SHARDED, topo, LLAMA8B)
+        pn = muon_bytes(Strategy.PER_NODE, topo, LLAMA8B)
+        assert fs.intra + fs.inter == 6 * m * (w - 1) // w
+        assert fs.inter == fs.ingress == 6 * m * (n - 1) // n
+        assert pn.intra == 2 * m * n * (g - 1) and pn.inter == pn.ingress == 0
+        assert Fraction(fs.intra + fs.inter, pn.intra) == Fraction(3 * (w - 1), w * n * (g - 1))
+    assert Fraction(3 * 7, 8 * 4 * 1) == Fraction(21, 32)
+    assert Fraction(3 * 31, 32 * 4 * 7) == Fraction(93, 896)

@@ -170,3 +170,56 @@ def test_learning_rate_changes_through_param_groups_like_torch() -> None:
     assert all(torch.equal(p, q) for p, q in zip(ours, theirs, strict=True))
     unchanged = [p.clone() for p in _step_both(MuonHyper(), steps=4, seed=5)[0]]
     assert not all(torch.equal(p, q) for p, q in zip(ours, unchanged, strict=True))
+
+
+def test_param_group_dicts_are_accepted_like_torch_muon() -> None:
+    gen = torch.Generator().manual_seed(3)
+    ours = [torch.randn(s, generator=gen) for s in SHAPES]
+    theirs = [p.clone() for p in ours]
+    optimizer = ShardedMuon(
+        [{"params": ours[:2], "lr": 0.01}, {"params": ours[2:]}], hyper=MuonHyper(lr=0.03)
+    )
+    reference = torch.optim.Muon([{"params": theirs[:2], "lr": 0.01}, {"params": theirs[2:]}], lr=0.03)
+    for _ in range(3):
+        for p, q in zip(ours, theirs, strict=True):
+            g = torch.randn(p.shape, generator=gen)
+            p.grad, q.grad = g.clone(), g.clone()
+        optimizer.step()
+        reference.step()
+    assert [g["lr"] for g in optimizer.param_groups] == [0.01, 0.03]
+    assert all(torch.equal(p, q) for p, q in zip(ours, theirs, strict=True))
+    with pytest.raises(ValueError, match="only supports 2D parameters"):
+        ShardedMuon([{"params": [torch.zeros(3, 3)]}, {"params": [torch.zeros(3)]}])
+
+
+def test_a_comm_for_another_world_size_is_refused() -> None:
+    import torch.distributed as dist
+
+    from megahour.train.spawn import free_port
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{free_port()}", rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match=r"2x2 = 4 ranks.*1 ranks; build it with Topology.from_env"):
+            ShardedMuon([torch.zeros(3, 3)], strategy="world", comm=Comm(Topology(2, 2), rank=0))
+        ShardedMuon([torch.zeros(3, 3)], strategy="world", comm=Comm(Topology(1, 1), rank=0))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_fully_sharded_refuses_plain_tensors_and_names_the_fix() -> None:
+    optimizer = ShardedMuon([torch.zeros(3, 3)], strategy="fully_sharded", comm=Comm(Topology(1, 1), 0))
+    with pytest.raises(ValueError, match="fully_shard"):
+        optimizer.layout()
+    with pytest.raises(ValueError, match="needs a Comm"):
+        ShardedMuon([torch.zeros(3, 3)], strategy="fully_sharded").layout()
+
+
+def test_shard_rows_follow_torch_chunk() -> None:
+    from megahour.train.muon import padded_shard_rows, shard_rows
+
+    for rows in range(1, 20):
+        for members in range(1, 9):
+            sizes = [t.shape[0] for t in torch.zeros(rows).chunk(members)]
+            sizes += [0] * (members - len(sizes))
+            assert [shard_rows(rows, members, k) for k in range(members)] == sizes
+            assert padded_shard_rows(rows, members) == max(sizes)

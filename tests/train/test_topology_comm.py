@@ -73,7 +73,7 @@ def _simulate(strategy: Strategy, topo: Topology, shapes: list[tuple[int, int]])
     nodes=st.integers(1, 6),
     gpus=st.integers(1, 8),
     shapes=st.lists(st.tuples(st.integers(1, 64), st.integers(1, 64)), min_size=1, max_size=20),
-    strategy=st.sampled_from(list(Strategy)),
+    strategy=st.sampled_from([Strategy.REPLICATED, Strategy.WORLD, Strategy.PER_NODE]),
 )
 @settings(max_examples=200, deadline=None)
 def test_closed_forms_equal_the_booked_schedule(nodes, gpus, shapes, strategy) -> None:
@@ -95,3 +95,69 @@ def test_per_node_moves_no_inter_node_bytes(nodes, gpus, shapes) -> None:
     m_bytes = sum(a * b for a, b in shapes) * 2
     assert world.ingress == (nodes - 1) * m_bytes  # (N-1)/N·M·b_u per node
     assert world.inter == m_bytes * (topo.world_size - gpus)
+
+
+def test_ledger_books_gather_and_scatter_per_sender_with_ingress_equal_to_inter() -> None:
+    ledger = ByteLedger(Topology(nodes=2, gpus_per_node=4))
+    ledger.gather(100, root=1, group=range(8), tag="muon")
+    entry = ledger["muon"]
+    assert entry.to_dict() == {"intra": 300, "inter": 400, "ingress": 400, "collectives": 1}
+    ledger.scatter(50, root=5, group=range(8), tag="muon")
+    assert entry.to_dict() == {"intra": 450, "inter": 600, "ingress": 600, "collectives": 2}
+    ledger.scatter(10, root=4, group=[4, 5], tag="muon")
+    assert entry.to_dict() == {"intra": 460, "inter": 600, "ingress": 600, "collectives": 3}
+    with pytest.raises(ValueError, match="gather root rank 0 is not in its group"):
+        ledger.gather(1, root=0, group=[4, 5], tag="muon")
+
+
+def test_a_handed_in_node_group_must_be_this_ranks_node() -> None:
+    from megahour.train.comm import Comm
+
+    sentinel = object()
+    comm = Comm(Topology(2, 2), rank=2, node_group=sentinel)
+    comm.group_ranks = lambda group: [0, 1]  # type: ignore[method-assign]
+    with pytest.raises(ValueError, match=r"rank 2's node is \[2, 3\].*mesh\['intra'\]"):
+        comm.node_group()
+    comm.group_ranks = lambda group: [2, 3]  # type: ignore[method-assign]
+    assert comm.node_group() is sentinel
+
+
+def _simulate_fully_sharded(topo: Topology, shapes: list[tuple[int, int]], shard: int) -> ByteLedger:
+    """The gather/scatter schedule of ShardedMuon's fully_sharded step, booked without a process group:
+    shard groups of ``shard`` consecutive ranks, LPT owners, chunks padded to ceil(rows/S) rows."""
+    ledger = ByteLedger(topo)
+    if shard == 1:
+        return ledger
+    owners = assign_owners(shapes, shard)
+    for start in range(0, topo.world_size, shard):
+        group = list(range(start, start + shard))
+        for (rows, cols), owner in zip(shapes, owners, strict=True):
+            padded = -(-rows // shard) * cols
+            ledger.gather(padded * 4, root=group[owner], group=group, tag="muon")
+            ledger.scatter(padded * 2, root=group[owner], group=group, tag="muon")
+    return ledger
+
+
+@given(
+    nodes=st.integers(1, 6),
+    gpus=st.sampled_from([1, 2, 4, 8]),
+    shapes=st.lists(st.tuples(st.integers(1, 64), st.integers(1, 64)), min_size=1, max_size=12),
+    shard_choice=st.integers(0, 10),
+)
+@settings(max_examples=200, deadline=None)
+def test_fully_sharded_closed_form_equals_the_booked_schedule(nodes, gpus, shapes, shard_choice) -> None:
+    from megahour.train.costmodel import fully_sharded_bytes
+
+    topo = Topology(nodes, gpus)
+    w = topo.world_size
+    valid = [s for s in range(1, w + 1) if w % s == 0 and (s % gpus == 0 or gpus % s == 0)]
+    shard = valid[shard_choice % len(valid)]
+    assert _simulate_fully_sharded(topo, shapes, shard)["muon"] == fully_sharded_bytes(topo, shapes, shard)
+    assert muon_bytes(Strategy.FULLY_SHARDED, topo, shapes) == fully_sharded_bytes(topo, shapes, w)
+
+
+def test_fully_sharded_shard_sizes_outside_the_closed_forms_are_refused() -> None:
+    from megahour.train.costmodel import fully_sharded_bytes
+
+    with pytest.raises(ValueError, match="does not tile"):
+        fully_sharded_bytes(Topology(2, 4), [(8, 8)], shard_size=6)

@@ -5,6 +5,8 @@ the same time on every node, over the node's group give ``t(s) = alpha + s/beta`
 sources rotate over the group's ranks as Muon's owners do. Each rank times a burst between two
 barriers and the slowest rank counts (in synchronous training every rank waits for the slowest).
 Newton-Schulz runs on the largest Muon matrix, on every rank at once, give ``F`` (the median rank's).
+When the caller can run ``fully_sharded``, rounds of a gather of fp32 shards to one root plus a scatter of
+BF16 shards back, over the world, give that pair's latency and the root's byte rate the same way.
 The probe takes about a second; its traffic is booked under the ``probe`` tag."""
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ import torch
 from torch.optim import _muon as torch_muon
 
 from megahour.train.comm import Comm
-from megahour.train.costmodel import Choice, LinkModel, select_strategy
+from megahour.train.costmodel import (
+    DDP_CANDIDATES,
+    SHARD_INPUT_BYTES,
+    UPDATE_BYTES,
+    Choice,
+    LinkModel,
+    padded_shard_elements,
+    select_strategy,
+)
 from megahour.train.muon import Strategy, ns_flops
 
 log = logging.getLogger(__name__)
@@ -50,6 +60,41 @@ def burst_seconds(
         comm.barrier(group)
         per_round.append(max(comm.all_gather_object((time.perf_counter() - start) / repeats)))
     return _median(per_round)
+
+
+def gather_scatter_seconds(
+    comm: Comm, group: Any, ranks: Sequence[int], shard_rows: int, cols: int, repeats: int, rounds: int = 3
+) -> float:
+    """Seconds a fully_sharded pair takes over ``group``: a gather of ``shard_rows x cols`` fp32 shards
+    to a root and a scatter of BF16 shards back, roots rotating as owners do; timed as
+    :func:`burst_seconds` times broadcasts."""
+    shard = torch.zeros(shard_rows, cols)
+    back = torch.empty(shard_rows, cols, dtype=torch.bfloat16)
+    pieces = [torch.zeros(shard_rows, cols, dtype=torch.bfloat16) for _ in ranks]
+
+    def pair(root: int) -> None:
+        comm.gather(shard, dst=root, group=group, tag="probe")
+        comm.scatter(back, pieces if comm.rank == root else None, src=root, group=group, tag="probe")
+
+    pair(ranks[0])  # warm-up
+    per_round = []
+    for _ in range(rounds):
+        comm.barrier(group)
+        start = time.perf_counter()
+        for k in range(repeats):
+            pair(ranks[k % len(ranks)])
+        comm.barrier(group)
+        per_round.append(max(comm.all_gather_object((time.perf_counter() - start) / repeats)))
+    return _median(per_round)
+
+
+def shard_probe_cols(shapes: Sequence[Sequence[int]], members: int) -> tuple[int, int]:
+    """(small, large) shard widths of one row each: 256 elements, and the median matrix's padded shard
+    (``ceil(rows/S)·cols`` elements), the size a step gathers."""
+    if not shapes:
+        return 256, 1 << 16
+    sizes = sorted(padded_shard_elements([s], members) for s in shapes)
+    return 256, max(512, sizes[len(sizes) // 2])
 
 
 def _fit(sizes: Sequence[int], seconds: Sequence[float]) -> tuple[float, float]:
@@ -88,12 +133,17 @@ def probe_sizes(shapes: Sequence[Sequence[int]]) -> tuple[int, int]:
 
 
 def calibrate(
-    comm: Comm, shapes: Sequence[Sequence[int]] = (), repeats: int = 8, sizes: Sequence[int] | None = None
+    comm: Comm,
+    shapes: Sequence[Sequence[int]] = (),
+    repeats: int = 8,
+    sizes: Sequence[int] | None = None,
+    fully_sharded: bool = False,
 ) -> LinkModel:
     """Measure a :class:`LinkModel` on this job's process groups (a collective call on every rank).
 
     Broadcast times are the slowest rank's; the Newton-Schulz rate is the median rank's, measured on
-    the largest Muon matrix with every rank computing at once (as they do in a step).
+    the largest Muon matrix with every rank computing at once (as they do in a step). ``fully_sharded``
+    adds the gather/scatter probe over the world (every rank must pass the same value).
     """
     topo = comm.topology
     sizes = tuple(sizes) if sizes is not None else probe_sizes(shapes)
@@ -115,7 +165,28 @@ def calibrate(
         world_alpha, world_beta = _fit(sizes, [burst_seconds(comm, None, world, s, repeats) for s in sizes])
     else:
         world_alpha, world_beta = node_alpha, node_beta
-    return LinkModel(node_alpha, node_beta, world_alpha, world_beta, flops, source="probe")
+    shard_alpha, shard_beta = (
+        _probe_shard_pair(comm, shapes, repeats) if fully_sharded and topo.nodes > 1 else (None, None)
+    )
+    return LinkModel(
+        node_alpha,
+        node_beta,
+        world_alpha,
+        world_beta,
+        flops,
+        source="probe",
+        shard_alpha_s=shard_alpha,
+        shard_bytes_per_s=shard_beta,
+    )
+
+
+def _probe_shard_pair(comm: Comm, shapes: Sequence[Sequence[int]], repeats: int) -> tuple[float, float]:
+    """(alpha, beta) of a world gather+scatter pair, beta in the owner's bytes (sent plus received)."""
+    world = list(range(comm.topology.world_size))
+    widths = shard_probe_cols(shapes, len(world))
+    seconds = [gather_scatter_seconds(comm, None, world, 1, cols, repeats) for cols in widths]
+    owner_bytes = [(len(world) - 1) * cols * (SHARD_INPUT_BYTES + UPDATE_BYTES) for cols in widths]
+    return _fit(owner_bytes, seconds)
 
 
 def choose_strategy(
@@ -123,10 +194,17 @@ def choose_strategy(
     shapes: Sequence[Sequence[int]],
     override: Strategy | str | None = None,
     links: LinkModel | None = None,
+    candidates: Sequence[Strategy | str] = DDP_CANDIDATES,
 ) -> Choice:
-    """The strategy for this job: calibrated unless ``links`` is given, overridden if asked; logged."""
-    model = links if links is not None else calibrate(comm, shapes)
-    choice = select_strategy(comm.topology, shapes, model)
+    """The strategy for this job: calibrated unless ``links`` is given, overridden if asked; logged.
+
+    ``candidates``: what the caller can run; ``fully_sharded`` only with FSDP2-sharded Muon parameters
+    (sharded over the world), which also turns on the gather/scatter probe.
+    """
+    wanted = tuple(Strategy(c) for c in candidates)
+    sharded = Strategy.FULLY_SHARDED in wanted
+    model = links if links is not None else calibrate(comm, shapes, fully_sharded=sharded)
+    choice = select_strategy(comm.topology, shapes, model, candidates=wanted)
     if override is not None:
         agrees = "agrees" if Strategy(override) is choice.strategy else f"picked {choice.strategy.value}"
         choice = Choice(

@@ -13,9 +13,14 @@ What a ledger entry counts, in bytes summed over the whole job (so every figure 
   other node that has a receiver. Per node, divide by the node count.
 - ``collectives``: calls, the number that latency (alpha) is paid on.
 
-Each collective is booked once, by one participant: a broadcast by its source, an all-reduce by the
-lowest rank of its group. So one rank's ledger holds what it started, and the sum of every rank's
-ledger (:meth:`Comm.job_totals`) is the job's traffic, with nothing counted twice.
+- A gather to a root of ``b`` bytes from every other member adds ``b`` per sender, intra or inter by
+  the sender's node; a scatter of ``b`` bytes a member adds ``b`` per receiver likewise. Every member's
+  chunk is distinct data, so nothing can be shared on the way: ingress equals inter for both.
+
+Each collective is booked once, by one participant: a broadcast by its source, a gather or scatter by
+its root, an all-reduce by the lowest rank of its group. So one rank's ledger holds what it started,
+and the sum of every rank's ledger (:meth:`Comm.job_totals`) is the job's traffic, with nothing counted
+twice.
 
 An all-reduce of ``b`` bytes is booked as a hierarchical ring: inside each node of the group a
 reduce-scatter plus all-gather (``2(g-1)·b`` received per node of ``g`` members, intra), and between
@@ -79,6 +84,28 @@ class ByteLedger:
         entry.ingress += nbytes * len(other_nodes)
         entry.collectives += 1
 
+    def gather(self, nbytes: int, root: int, group: Sequence[int], tag: str) -> None:
+        """Every member but ``root`` sends ``nbytes`` (its own chunk) to ``root``."""
+        self._point_to_root(nbytes, root, group, tag, "gather")
+
+    def scatter(self, nbytes: int, root: int, group: Sequence[int], tag: str) -> None:
+        """``root`` sends ``nbytes`` (a distinct chunk) to every other member."""
+        self._point_to_root(nbytes, root, group, tag, "scatter")
+
+    def _point_to_root(self, nbytes: int, root: int, group: Sequence[int], tag: str, op: str) -> None:
+        # Gather and scatter move the same bytes over the same links, only in opposite directions.
+        if root not in group:
+            raise ValueError(f"{op} root rank {root} is not in its group {list(group)}")
+        topo = self.topology
+        home = topo.node_of(root)
+        others = [r for r in group if r != root]
+        same = sum(1 for r in others if topo.node_of(r) == home)
+        entry = self._by_tag[tag]
+        entry.intra += nbytes * same
+        entry.inter += nbytes * (len(others) - same)
+        entry.ingress += nbytes * (len(others) - same)  # distinct chunks: no hierarchical sharing
+        entry.collectives += 1
+
     def all_reduce(self, nbytes: int, group: Sequence[int], tag: str) -> None:
         members_per_node: dict[int, int] = defaultdict(int)
         for r in group:
@@ -98,15 +125,20 @@ class NonContiguousTensorError(ValueError):
 class Comm:
     """Collectives over ``torch.distributed`` with byte accounting. One per rank.
 
-    ``group=None`` means the whole world. Groups made through :meth:`node_groups` are known by their
-    ranks without a lookup; others are resolved with ``dist.get_process_group_ranks``.
+    ``group=None`` means the whole world; other groups are resolved with
+    ``dist.get_process_group_ranks``. ``node_group``: this rank's intra-node process group when the
+    caller already has one (a DeviceMesh's ``mesh["intra"].get_group()``); without it :meth:`node_group`
+    creates every node's group by enumeration on first use.
     """
 
-    def __init__(self, topology: Topology, rank: int, ledger: ByteLedger | None = None) -> None:
+    def __init__(
+        self, topology: Topology, rank: int, ledger: ByteLedger | None = None, node_group: Any = None
+    ) -> None:
         self.topology = topology
         self.rank = rank
         self.ledger = ledger if ledger is not None else ByteLedger(topology)
-        self._node_group: Any = None
+        self._node_group: Any = node_group
+        self._node_group_checked = node_group is None
 
     # Groups ----------------------------------------------------------------------------------------
     def node_group(self) -> Any:
@@ -123,7 +155,21 @@ class Comm:
             else:
                 mine, _ = dist.new_subgroups_by_enumeration(self.topology.all_node_ranks())
                 self._node_group = mine
+        if not self._node_group_checked:
+            self._check_node_group()
         return self._node_group
+
+    def _check_node_group(self) -> None:
+        """A handed-in group must be exactly this rank's node, or the ledger books the wrong links."""
+        expected = self.topology.node_ranks(self.topology.node_of(self.rank))
+        got = self.group_ranks(self._node_group)
+        if got != expected:
+            raise ValueError(
+                f"node_group has ranks {got} but rank {self.rank}'s node is {expected} in a "
+                f"{self.topology.nodes}x{self.topology.gpus_per_node} topology; pass the mesh dim "
+                "that spans one node (mesh['intra'].get_group())"
+            )
+        self._node_group_checked = True
 
     def group_ranks(self, group: Any) -> list[int]:
         import torch.distributed as dist
@@ -143,6 +189,55 @@ class Comm:
             dist.broadcast(tensor, src=src, group=group)
             if self.rank == src:
                 self.ledger.broadcast(_nbytes(tensor), src, ranks, tag)
+
+    def gather(
+        self, tensor: torch.Tensor, dst: int, group: Any = None, tag: str = "muon"
+    ) -> list[torch.Tensor] | None:
+        """Every rank of ``group`` sends ``tensor`` to global rank ``dst``; ``dst`` gets the list in group
+        order (its own tensor included), the others ``None``. Tensors must have one shape and dtype on
+        every rank (gloo refuses uneven gathers): pad first."""
+        import torch
+        import torch.distributed as dist
+
+        _require_contiguous(tensor, "gather")
+        ranks = self.group_ranks(group)
+        if len(ranks) == 1:
+            return [tensor]
+        out = [torch.empty_like(tensor) for _ in ranks] if self.rank == dst else None
+        dist.gather(tensor, gather_list=out, dst=dst, group=group)
+        if self.rank == dst:
+            self.ledger.gather(_nbytes(tensor), dst, ranks, tag)
+        return out
+
+    def scatter(
+        self,
+        out: torch.Tensor,
+        chunks: Sequence[torch.Tensor] | None,
+        src: int,
+        group: Any = None,
+        tag: str = "muon",
+    ) -> None:
+        """Global rank ``src`` sends ``chunks[k]`` to the ``k``-th rank of ``group`` (into ``out``, in
+        place); ``chunks`` is read on ``src`` only, one tensor per member, each shaped like ``out``."""
+        import torch.distributed as dist
+
+        _require_contiguous(out, "scatter")
+        ranks = self.group_ranks(group)
+        if self.rank == src:
+            if chunks is None or len(chunks) != len(ranks):
+                raise ValueError(
+                    f"scatter from rank {src} needs one chunk per member of {ranks}, got "
+                    f"{None if chunks is None else len(chunks)}; pass a list as long as the group"
+                )
+            for chunk in chunks:
+                _require_contiguous(chunk, "scatter")
+        if len(ranks) == 1:
+            assert chunks is not None
+            out.copy_(chunks[0])
+            return
+        dist.scatter(out, scatter_list=list(chunks) if self.rank == src else None, src=src, group=group)  # type: ignore[arg-type]
+        if self.rank == src:
+            self.ledger.scatter(_nbytes(out), src, ranks, tag)
 
     def all_reduce(self, tensor: torch.Tensor, group: Any = None, tag: str = "grad") -> None:
         """Sum ``tensor`` over ``group``, in place."""
