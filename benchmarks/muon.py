@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Muon sharding strategies on emulated nodes: mean and p99 optimizer-step time, and the selector's pick.
+"""Muon sharding strategies on emulated nodes: mean, median and p99 optimizer-step time, bytes, and the
+selector's pick.
 
 Each regime is N "nodes" x G ranks (default 1, 2 and 4 nodes x 2): one network namespace a node, ranks
 inside it talking over loopback (the NVLink stand-in), namespaces joined by veth links capped with tc
@@ -8,14 +9,15 @@ bandwidth measured in the 1-node regime (8 MiB broadcasts, bandwidth-bound) divi
 18, InfiniBand at line rate against NVLink (about 900 GB/s against a 400 Gb/s NIC), and 180, the same
 fabric at a tenth of line rate (the anchors' eta = 0.1: a gradient all-reduce competing, congestion);
 one series each (``--ratios``). In every regime all ranks first run the trainer's probe and selector
-(``megahour.train.calibration``), then time ``world``, ``per_node`` and ``replicated`` optimizer steps on the
-same matrices (``megahour.train.stepbench``). On one node ``world`` and ``per_node`` are one schedule,
-timed once.
+(``megahour.train.calibration``), then time ``world``, ``per_node``, ``replicated`` and ``fully_sharded``
+(DTensor matrices sharded over the world, as FSDP2 holds them) optimizer steps on the same matrices
+(``megahour.train.stepbench``). On one node ``world`` and ``per_node`` are one schedule, timed once.
 
-Printed per regime: mean and p99 step time per strategy, Muon bytes per step across nodes, the
-selector's pick, and the ratios: the pick's mean over the best measured mean (target within 5%), and in
-each series' largest regime the slower sharding strategy's mean over the faster one's (target at least
-2x).
+Printed per regime: mean, median and p99 step time per strategy, the ledger's Muon bytes per step
+(intra, inter, total), the selector's pick, and the ratios: the pick's mean over the best measured mean
+(target within 5%); whether the pick among the three sharded strategies is the measured best of them;
+fully_sharded over per_node in total bytes, inter bytes, mean and median; and in each series' largest
+regime the slower of world and per_node over the faster (target at least 2x).
 
 Needs root (network namespaces). This machine has 2 cores: every rank of every node shares them, so
 per-node's duplicated Newton-Schulz work costs N times its CPU share, which a real cluster does not pay;
@@ -48,12 +50,17 @@ from megahour.train.spawn import free_port
 
 console = Console(stderr=True)
 SHARDING = ("world", "per_node")
+SHARDED_THREE = ("world", "per_node", "fully_sharded")
 
 
 def run_regime(nodes: int, gpus: int, inter_mbit: float, shapes: list, steps: int, timeout: float) -> dict:
     spec = NodeNetworkSpec(nodes=nodes, inter_mbit=inter_mbit)
     # On one node world and per_node are one schedule (same group, same owners): time it once.
-    strategies = ("world", "replicated") if nodes == 1 else ("world", "per_node", "replicated")
+    strategies = (
+        ("world", "replicated", "fully_sharded")
+        if nodes == 1
+        else ("world", "per_node", "replicated", "fully_sharded")
+    )
     world = nodes * gpus
     with NodeNetwork(spec) as net, tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
@@ -98,6 +105,20 @@ def run_regime(nodes: int, gpus: int, inter_mbit: float, shapes: list, steps: in
     return result
 
 
+def _ratio(a: float, b: float) -> float | None:
+    return round(a / b, 3) if b else None  # None: the denominator is 0 (per_node's inter bytes)
+
+
+def _sharded_pick(result: dict) -> tuple[str, str]:
+    """(the model's pick among world, per_node and fully_sharded, the measured best of them)."""
+    predicted = result["choice"]["predictions"]
+    timed = {s: r for s, r in result["strategies"].items() if s in SHARDED_THREE}
+    same = {s: r["same_schedule_as"] for s, r in timed.items() if r.get("same_schedule_as")}
+    pick = min((s for s in timed if s in predicted), key=lambda s: predicted[s]["seconds"])
+    best = min((s for s in timed if s not in same), key=lambda s: timed[s]["mean_s"])
+    return same.get(pick, pick), best
+
+
 def summarize(series: str, regimes: dict[str, dict], figures: dict, table: Table) -> None:
     for name, result in regimes.items():
         picked = result["choice"]["strategy"]
@@ -107,21 +128,40 @@ def summarize(series: str, regimes: dict[str, dict], figures: dict, table: Table
         best = min(means, key=means.get)
         key = f"{series}_{name}"
         for strategy, r in result["strategies"].items():
+            moved = r["muon_bytes_per_step"]
             table.add_row(
                 series,
                 name,
                 strategy + (" (= world)" if r.get("same_schedule_as") else ""),
                 f"{r['mean_s'] * 1e3:.1f}",
+                f"{r['p50_s'] * 1e3:.1f}",
                 f"{r['p99_s'] * 1e3:.1f}",
-                f"{r['muon_bytes_per_step']['inter'] / 1e6:.2f}",
+                f"{moved['intra'] / 1e6:.2f}",
+                f"{moved['inter'] / 1e6:.2f}",
+                f"{(moved['intra'] + moved['inter']) / 1e6:.2f}",
                 "<-" if strategy == picked else "",
             )
             figures[f"{key}_{strategy}_mean_ms"] = round(r["mean_s"] * 1e3, 3)
+            figures[f"{key}_{strategy}_median_ms"] = round(r["p50_s"] * 1e3, 3)
             figures[f"{key}_{strategy}_p99_ms"] = round(r["p99_s"] * 1e3, 3)
-            figures[f"{key}_{strategy}_inter_bytes_per_step"] = r["muon_bytes_per_step"]["inter"]
+            figures[f"{key}_{strategy}_intra_bytes_per_step"] = moved["intra"]
+            figures[f"{key}_{strategy}_inter_bytes_per_step"] = moved["inter"]
+            figures[f"{key}_{strategy}_total_bytes_per_step"] = moved["intra"] + moved["inter"]
         figures[f"{key}_picked"] = picked
         figures[f"{key}_best_measured"] = best
         figures[f"{key}_picked_over_best"] = round(means[picked] / means[best], 3)
+        sharded_pick, sharded_best = _sharded_pick(result)
+        figures[f"{key}_sharded_picked"] = sharded_pick
+        figures[f"{key}_sharded_best_measured"] = sharded_best
+        figures[f"{key}_sharded_pick_is_best"] = sharded_pick == sharded_best
+        fs, pn = result["strategies"]["fully_sharded"], result["strategies"]["per_node"]
+        fs_b, pn_b = fs["muon_bytes_per_step"], pn["muon_bytes_per_step"]
+        figures[f"{key}_fs_over_per_node_total_bytes"] = _ratio(
+            fs_b["intra"] + fs_b["inter"], pn_b["intra"] + pn_b["inter"]
+        )
+        figures[f"{key}_fs_over_per_node_inter_bytes"] = _ratio(fs_b["inter"], pn_b["inter"])
+        figures[f"{key}_fs_over_per_node_mean"] = _ratio(fs["mean_s"], pn["mean_s"])
+        figures[f"{key}_fs_over_per_node_median"] = _ratio(fs["p50_s"], pn["p50_s"])
         table.add_section()
 
 
@@ -178,7 +218,9 @@ def main() -> int:
         series[name] = {"ratio": ratio, "inter_mbit": round(cap, 1), "regimes": regimes}
 
     table = Table(title=f"Muon optimizer step, {args.matrices} matrices of {args.size}x{args.size}")
-    for column in ("series", "regime", "strategy", "mean ms", "p99 ms", "inter MB/step", "picked"):
+    columns = ("series", "regime", "strategy", "mean ms", "median ms", "p99 ms", "intra MB/step",
+               "inter MB/step", "total MB/step", "picked")  # fmt: skip
+    for column in columns:
         table.add_column(column)
     figures: dict[str, object] = {"intra_mb_per_s": round(intra / 1e6, 1)}
     for name, entry in series.items():
@@ -198,6 +240,21 @@ def main() -> int:
         figures[f"{name}_{largest}_right"] = right
         figures[f"{name}_{largest}_wrong_over_right"] = ratio
         lines.append(f"{name}, {largest}: {wrong} / {right} mean = {ratio:.2f}x")
+    for name, entry in series.items():
+        for regime in entry["regimes"]:
+            key = f"{name}_{regime}"
+            inter = figures[f"{key}_fs_over_per_node_inter_bytes"]
+            console.print(
+                f"{key}: fully_sharded / per_node: total bytes "
+                f"{figures[f'{key}_fs_over_per_node_total_bytes']}x, "
+                f"inter bytes {'n/a (per_node moves 0)' if inter is None else f'{inter}x'}, "
+                f"mean {figures[f'{key}_fs_over_per_node_mean']}x, "
+                f"median {figures[f'{key}_fs_over_per_node_median']}x; sharded pick "
+                f"{figures[f'{key}_sharded_picked']}, measured best {figures[f'{key}_sharded_best_measured']}"
+            )
+    figures["sharded_pick_is_best_everywhere"] = all(
+        v for k, v in figures.items() if k.endswith("_sharded_pick_is_best")
+    )
     console.print(
         f"selector: the pick's mean is within {100 * (worst - 1):.1f}% of the best measured in every "
         f"regime (target 5%); large-N (target 2x): " + "; ".join(lines)

@@ -3,7 +3,9 @@
 Every rank: calibrate the links and let the selector choose (the same code path as the trainer), then
 for each strategy run ``warmup + steps`` optimizer steps on the same matrices and gradients. A step is
 timed on rank 0 from a barrier to a barrier, so it is the slowest rank's time: in synchronous training
-every rank waits for it. Run as a module under the emulation (``ip netns exec``, env:// rendezvous), or
+every rank waits for it. ``fully_sharded`` runs on DTensor matrices sharded over the whole world (a 1-D
+mesh, ``Shard(0)``), as FSDP2 would hold them; the selector then compares it too. Run as a module
+under the emulation (``ip netns exec``, env:// rendezvous), or
 through ``spawn.run_local_world`` in tests.
 """
 
@@ -21,6 +23,7 @@ import torch
 from megahour.atomicio import atomic_write_text
 from megahour.train.calibration import burst_seconds, choose_strategy
 from megahour.train.comm import Comm, LinkBytes
+from megahour.train.costmodel import ALL_CANDIDATES, DDP_CANDIDATES
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy
 from megahour.train.topology import Topology
 
@@ -42,7 +45,9 @@ def optimizer_step_worker(
 ) -> dict[str, Any]:
     comm = Comm(topology, rank)
     comm.node_group()
-    choice = choose_strategy(comm, shapes)
+    sharded = Strategy.FULLY_SHARDED.value in strategies
+    mesh = _world_mesh(topology) if sharded else None
+    choice = choose_strategy(comm, shapes, candidates=ALL_CANDIDATES if sharded else DDP_CANDIDATES)
     # The intra-node link's bandwidth at a large, bandwidth-bound payload (8 MiB): steadier than the
     # probe's fit at one matrix's size, so the benchmark sizes its inter-node cap from it.
     node_ranks = topology.node_ranks(topology.node_of(rank))
@@ -55,12 +60,14 @@ def optimizer_step_worker(
     grads = [torch.randn(s, generator=gen) for s in shapes]
     out: dict[str, Any] = {"choice": choice.to_dict(), "node_bulk_bytes_per_s": bulk, "strategies": {}}
     for name in strategies:
-        params = [torch.zeros(s) for s in shapes]
+        wrap = _sharder(mesh) if name == Strategy.FULLY_SHARDED.value else (lambda t: t)
+        params = [torch.nn.Parameter(wrap(torch.zeros(s)), requires_grad=False) for s in shapes]
+        step_grads = [wrap(g) for g in grads]
         optimizer = ShardedMuon(params, strategy=Strategy(name), comm=comm, hyper=MuonHyper(lr=0.02))
         comm.ledger.reset()
         times = []
         for k in range(warmup + steps):
-            for p, g in zip(params, grads, strict=True):
+            for p, g in zip(params, step_grads, strict=True):
                 p.grad = g
             comm.barrier()
             start = time.perf_counter()
@@ -68,24 +75,44 @@ def optimizer_step_worker(
             comm.barrier()
             if k >= warmup:
                 times.append(time.perf_counter() - start)
+        per_step = {
+            k: v // (warmup + steps) for k, v in comm.job_totals().get("muon", LinkBytes()).to_dict().items()
+        }
+        per_step["total"] = per_step["intra"] + per_step["inter"]
         out["strategies"][name] = {
             "mean_s": sum(times) / len(times),
             "p50_s": percentile(times, 50),
+            "median_s": percentile(times, 50),
             "p99_s": percentile(times, 99),
             "steps": len(times),
-            "muon_bytes_per_step": {
-                k: v // (warmup + steps)
-                for k, v in comm.job_totals().get("muon", LinkBytes()).to_dict().items()
-            },
+            "muon_bytes_per_step": per_step,
         }
     return out
+
+
+def _world_mesh(topology: Topology) -> Any:
+    """A 1-D CPU mesh over every rank: FSDP2 sharding over the world (a collective call)."""
+    from torch.distributed.device_mesh import init_device_mesh
+
+    return init_device_mesh("cpu", (topology.world_size,), mesh_dim_names=("shard",))
+
+
+def _sharder(mesh: Any) -> Any:
+    """Full tensor -> this rank's ``Shard(0)`` DTensor of it, without communication (every rank holds
+    the same full tensor)."""
+    from torch.distributed.tensor import Shard, distribute_tensor
+
+    def wrap(t: torch.Tensor) -> torch.Tensor:
+        return distribute_tensor(t.clone(), mesh, [Shard(0)], src_data_rank=None)
+
+    return wrap
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--shapes", required=True, help="JSON list of [rows, cols]")
     parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--strategies", default="world,per_node,replicated")
+    parser.add_argument("--strategies", default="world,per_node,replicated,fully_sharded")
     parser.add_argument("--out", required=True, help="rank 0 writes its JSON result here")
     args = parser.parse_args()
     import torch.distributed as dist
