@@ -32,7 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "curation": {"atomicio", "episodes"},
     "delivery": {"atomicio", "curation", "episodes"},
     "ingest": {"atomicio", "curation", "episodes", "slurm"},
-    "train": {"atomicio", "job_contract", "curation", "delivery", "episodes"},
+    "train": {"atomicio", "job_contract", "curation", "delivery", "episodes", "metrics"},
 }
 
 

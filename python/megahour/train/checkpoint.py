@@ -8,7 +8,8 @@ progress from a crash loop.
 
 What a checkpoint holds:
 
-- ``model``: the parameters (identical on every rank; DCP writes them once);
+- ``model``: the parameters (identical on every rank under DDP, and DCP writes them once; under FSDP2
+  each rank writes its shards);
 - ``adamw``: the AdamW state, keyed by parameter name (``get_state_dict``);
 - ``muon``: ``momentum.<i>`` for each Muon matrix ``i``, written by its owner. Keys are global, so a
   job may resume under another strategy or world size: each rank loads the buffers it now owns;
@@ -132,6 +133,21 @@ def save(
         store.prune()
     comm.barrier()
     return path
+
+
+def load_latest(
+    store: CheckpointStore, model: nn.Module, adamw: torch.optim.Optimizer, muon: ShardedMuon, comm: Comm
+) -> int | None:
+    """Load the newest complete checkpoint, if any (a collective call); the step it holds, else None.
+
+    Rank 0 decides which: on a shared filesystem with attribute caching, ranks listing the directory
+    themselves could see different newest checkpoints and start at different steps.
+    """
+    latest = store.latest() if comm.rank == 0 else None
+    step = comm.all_gather_object(latest.step if latest else None)[0]
+    if step is None:
+        return None
+    return load(CheckpointRef(step, store.path_for(step)), model, adamw, muon)
 
 
 def load(ref: CheckpointRef, model: nn.Module, adamw: torch.optim.Optimizer, muon: ShardedMuon) -> int:

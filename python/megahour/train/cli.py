@@ -16,6 +16,11 @@ from megahour.job_contract import CHECKPOINT_DIR_ENV
 if TYPE_CHECKING:
     from rich.console import Console
 
+# The trainer's choices, spelled here so `megahour --help` needs no torch (tests/train/test_cli.py
+# checks them against the trainer's and the model's).
+STRATEGIES = ("auto", "replicated", "world", "per_node", "fully_sharded")
+PRESETS = ("tiny", "small", "base")
+
 # Shapes the selector can be asked about without building a model: the anchors' 8B example.
 _LLAMA8B = [
     (4096, 4096),
@@ -75,10 +80,30 @@ def register(subparsers: cliutil.Subparsers) -> None:
     p.add_argument(
         "--strategy",
         default="auto",
-        choices=["auto", "replicated", "world", "per_node"],
-        help="Muon sharding; auto asks the calibrated selector",
+        choices=list(STRATEGIES),
+        help="Muon sharding; auto asks the calibrated selector among those the data-parallel mode runs",
     )
+    p.add_argument(
+        "--data-parallel",
+        default="ddp",
+        choices=["ddp", "fsdp", "hsdp"],
+        help="DistributedDataParallel, or FSDP2 sharded over the world (fsdp) or inside each node (hsdp)",
+    )
+    p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="the model's size")
+    p.add_argument(
+        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: CUDA + NCCL where GPUs are"
+    )
+    p.add_argument("--compile", action="store_true", help="torch.compile the transformer blocks")
     p.add_argument("--manifest", help="a fetched manifest (default: synthetic clips)")
+    p.add_argument(
+        "--cache-config",
+        help="the node's cache.yml: read the manifest's episodes through the cache (default: "
+        "/etc/megahour/cache.yml when it exists, else the under-store directly)",
+    )
+    p.add_argument("--camera", action="append", dest="cameras", help="a camera topic to train on (repeat)")
+    p.add_argument("--workers", type=int, default=0, help="DataLoader processes decoding samples")
+    p.add_argument("--textfile-dir", help="the node exporter's textfile directory for step metrics")
+    p.add_argument("--job", default="", help="the job label of the textfile metrics (default $SLURM_JOB_ID)")
     p.add_argument("--no-deterministic", action="store_true", help="allow nondeterministic kernels, threads")
     cliutil.add_json_flag(p, help="print the result as JSON (rank 0)")
 
@@ -112,6 +137,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     require_torch()
+    from megahour.train.model import preset
     from megahour.train.trainer import TrainConfig, train
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s", stream=sys.stderr)
@@ -125,8 +151,17 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         keep_checkpoints=args.keep_checkpoints,
         log_dir=Path(args.log_dir) if args.log_dir else None,
         strategy=args.strategy,
+        data_parallel=args.data_parallel,
+        device=args.device,
+        compile=args.compile,
         manifest=Path(args.manifest) if args.manifest else None,
+        cache_config=_cache_config(args.cache_config),
+        cameras=tuple(args.cameras) if args.cameras else None,
+        workers=args.workers,
+        textfile_dir=Path(args.textfile_dir) if args.textfile_dir else None,
+        job=args.job or os.environ.get("SLURM_JOB_ID", ""),
         deterministic=not args.no_deterministic,
+        model=preset(args.preset),
     )
     result = train(config)
     if os.environ.get("RANK", "0") == "0":
@@ -141,17 +176,26 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cache_config(given: str | None) -> Path | None:
+    """The node's cache.yml when the cache tier is deployed there; None reads the under-store."""
+    if given:
+        return Path(given)
+    from megahour.delivery.client import DEFAULT_CONFIG
+
+    return DEFAULT_CONFIG if DEFAULT_CONFIG.is_file() else None
+
+
 def _cmd_select(args: argparse.Namespace, console: Console) -> int:
     require_torch()
     from megahour.train.costmodel import DEFAULT_LINKS, LinkModel, select_strategy
-    from megahour.train.model import HEADS, ModelConfig, WorldActionModel
+    from megahour.train.model import HEADS, WorldActionModel, preset
     from megahour.train.muon import route_parameters
     from megahour.train.topology import Topology
 
     if args.shapes == "llama8b":
         shapes = _LLAMA8B * 32
     else:
-        muon, _ = route_parameters(WorldActionModel(ModelConfig()), HEADS)
+        muon, _ = route_parameters(WorldActionModel(preset("tiny")), HEADS)
         shapes = [tuple(p.shape) for _, p in muon]
     links = DEFAULT_LINKS
     if args.links:

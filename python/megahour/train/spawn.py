@@ -78,8 +78,10 @@ def run_local_world(
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
     port = free_port()
+    # Not daemonic: a rank starts DataLoader worker processes, which a daemonic process may not have.
+    # The ``finally`` below kills whatever is left.
     procs = [
-        ctx.Process(target=_entry, args=(r, topology, port, target, kwargs, results), daemon=True)
+        ctx.Process(target=_entry, args=(r, topology, port, target, kwargs, results), daemon=False)
         for r in range(topology.world_size)
     ]
     for p in procs:

@@ -1,20 +1,31 @@
 """The training loop: data-parallel world-action-model training with sharded Muon, checkpoints, resume.
 
-One process per rank (``torchrun``, or ``spawn.run_local_world`` in tests). Each step:
+One process per rank (``torchrun``, or ``spawn.run_local_world`` in tests), on torch's own parts:
 
-1. the rank's batch: a pure function of (seed, step, rank) (``data.plan_batch``);
-2. forward, loss, backward;
-3. one all-reduce of all gradients as a single fp32 bucket (booked under ``grad``), divided by W;
-4. ``ShardedMuon`` on the hidden matrices (its broadcasts booked under ``muon``) and AdamW on the rest;
-5. every ``checkpoint_every`` steps and at the end, a DCP checkpoint, complete only with its marker.
+- the runtime (``device``): CUDA + NCCL where GPUs are, CPU + gloo otherwise, one code path; a
+  ``DeviceMesh`` of ``inter`` (nodes) x ``intra`` (ranks per node) is the topology;
+- data parallelism (``parallel``): ``DistributedDataParallel`` (gradient buckets booked in the ledger)
+  or FSDP2 ``fully_shard`` over the world (``fsdp``) or inside each node (``hsdp``);
+- bf16 autocast on GPUs; ``torch.compile`` of the transformer blocks with ``compile``.
 
-On start it resumes from the newest complete checkpoint, so a requeued or restarted job continues with
-the same parameters, optimizer state and batches. ``deterministic`` (the default on CPU) pins one
-intra-op thread and deterministic kernels: a run killed and resumed ends bit-identical to one that was
-never interrupted.
+Each step:
 
-Rank 0 appends one JSON line a step to ``<log_dir>/attempt-<k>/metrics.jsonl`` (``k`` counts every
-start of the job, as ``megahour run`` numbers its traces) and writes ``result.json`` at the end.
+1. the rank's batch from the data road (``data.batch_loader``): synthetic clips, or a manifest's rows
+   read through the cache loader (the owner's proxy, the under-store when it is down) on DataLoader
+   workers; which rows is a pure function of (seed, step, rank), so a resumed job reads the same batches;
+2. forward and loss under autocast, backward (DDP or FSDP2 synchronises the gradients);
+3. ``ShardedMuon`` on the hidden matrices (``world``/``per_node`` under DDP, ``fully_sharded`` under
+   FSDP2) and AdamW on the rest;
+4. every ``checkpoint_every`` steps and at the end, a DCP checkpoint, complete only with its marker.
+
+On start it resumes from the newest complete checkpoint. ``deterministic`` (the default) pins
+deterministic kernels (and on CPU ``threads`` intra-op threads): a run killed and resumed ends
+bit-identical to one that was never interrupted.
+
+Rank 0 reports each step (``metrics.RunMetrics``): a JSON line in ``<log_dir>/attempt-<k>/metrics.jsonl``
+(``k`` counts every start of the job, as ``megahour run`` numbers its traces) and, with
+``textfile_dir``, the node's Prometheus textfile (step time, data-wait fraction, samples/s, MFU, loss);
+``result.json`` at the end.
 """
 
 from __future__ import annotations
@@ -25,23 +36,22 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from megahour.atomicio import atomic_write_text
-from megahour.job_contract import attempt_dir_name, next_attempt_index
 from megahour.train import checkpoint
 from megahour.train.calibration import choose_strategy
 from megahour.train.comm import Comm
-from megahour.train.data import SyntheticSource, collate, plan_batch
-from megahour.train.model import HEADS, ModelConfig, WorldActionModel
+from megahour.train.device import Runtime, configure_determinism, init_runtime, mfu, peak_flops
+from megahour.train.metrics import RunMetrics, StepRecord
+from megahour.train.model import HEADS, ModelConfig, WorldActionModel, preset
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy, parameter_digest, route_parameters
-from megahour.train.topology import Topology
+from megahour.train.parallel import DataParallel, check_pairing, wrap
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +60,8 @@ log = logging.getLogger(__name__)
 # (the playbook then runs `scontrol requeue`); only in a run that did not resume past that step.
 FAIL_AT_STEP_ENV = "MEGAHOUR_TRAIN_FAIL_AT_STEP"
 HOLD_AT_STEP_ENV = "MEGAHOUR_TRAIN_HOLD_AT_STEP"
+
+STRATEGIES = ("auto", *(s.value for s in Strategy))
 
 
 @dataclass(frozen=True)
@@ -61,7 +73,12 @@ class TrainConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 2
     log_dir: Path | None = None
-    strategy: str = "auto"  # auto | replicated | world | per_node
+    textfile_dir: Path | None = None  # the node's Prometheus textfile collector directory
+    job: str = ""  # the job label of the textfile's samples
+    strategy: str = "auto"  # auto | replicated | world | per_node | fully_sharded
+    data_parallel: str = "ddp"  # ddp | fsdp | hsdp
+    device: str = "auto"  # auto | cpu | cuda
+    compile: bool = False
     muon_lr: float = 0.02
     muon_weight_decay: float = 0.01
     adamw_lr: float = 3e-3
@@ -70,14 +87,22 @@ class TrainConfig:
     log_every: int = 10
     synthetic_rows: int = 256  # rows per rank of the synthetic source
     manifest: Path | None = None  # a fetched manifest: train on its episodes instead
-    model: ModelConfig = field(default_factory=ModelConfig)
+    cache_config: Path | None = None  # the node's cache.yml: read through the cache (else the under-store)
+    cameras: tuple[str, ...] | None = None  # camera topics of the episodes (default: the dataset's)
+    workers: int = 0  # DataLoader worker processes decoding samples
+    model: ModelConfig = field(default_factory=lambda: preset("tiny"))
 
     def __post_init__(self) -> None:
         if self.steps < 0 or self.batch_size < 1 or self.checkpoint_every < 1:
             raise ValueError("steps must be >= 0, batch_size and checkpoint_every >= 1")
-        valid = ["auto", *(s.value for s in Strategy)]
-        if self.strategy not in valid:
-            raise ValueError(f"strategy {self.strategy!r} is not one of {', '.join(valid)}")
+        if self.strategy not in STRATEGIES:
+            raise ValueError(f"strategy {self.strategy!r} is not one of {', '.join(STRATEGIES)}")
+        modes = [m.value for m in DataParallel]
+        if self.data_parallel not in modes:
+            raise ValueError(f"data_parallel {self.data_parallel!r} is not one of {', '.join(modes)}")
+        check_pairing(self.data_parallel, self.strategy)
+        if self.workers < 0:
+            raise ValueError(f"workers must be >= 0, got {self.workers}")
 
 
 @dataclass
@@ -91,103 +116,150 @@ class TrainResult:
     bytes: dict[str, dict[str, int]]
     step_seconds_mean: float | None
     optimizer_seconds_mean: float | None
+    data_wait_fraction: float | None = None
+    samples_per_second: float | None = None  # the whole job's
+    mfu: float | None = None
+    device: str = "cpu"
+    data_parallel: str = "ddp"
+    parameters: int = 0
+    flops_per_sample: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-def _init_distributed(env: Mapping[str, str]) -> tuple[int, Topology, bool]:
-    """(rank, topology, whether this call created the process group and so must destroy it)."""
-    topology = Topology.from_env(env)
-    created = False
-    if topology.world_size > 1 and not dist.is_initialized():
-        # gloo: the trainer keeps its tensors on the CPU (docs/training.md#not-built), and NCCL takes
-        # only CUDA tensors.
-        dist.init_process_group("gloo")
-        created = True
-    rank = dist.get_rank() if dist.is_initialized() else 0
-    return rank, topology, created
+def _dataset(config: TrainConfig, rank: int, world: int) -> Any:
+    from megahour.train import data
 
-
-def _source(config: TrainConfig, rank: int, world: int):
     if config.manifest is None:
-        return SyntheticSource(config.model, config.synthetic_rows, seed=config.seed, rank=rank)
-    from megahour.curation.load import open_rank
-    from megahour.train.data import EpisodeSource
+        return data.SyntheticDataset(config.model, config.synthetic_rows, seed=config.seed, rank=rank)
+    return data.ManifestDataset(
+        config.manifest,
+        rank,
+        world,
+        config.model,
+        seed=config.seed,
+        cache_config=config.cache_config,
+        cameras=config.cameras,
+    )
 
-    return EpisodeSource(config.model, open_rank(config.manifest, rank, world), seed=config.seed)
+
+def _candidates(mode: DataParallel) -> tuple[Strategy, ...]:
+    if mode.sharded:
+        return (Strategy.FULLY_SHARDED,)
+    return (Strategy.REPLICATED, Strategy.WORLD, Strategy.PER_NODE)
 
 
-class _MetricsLog:
-    def __init__(self, log_dir: Path | None, rank: int, comm: Comm) -> None:
-        self.handle = None
-        if log_dir is None:
+def _batches(loader: Any, device: torch.device) -> Iterator[tuple[dict[str, torch.Tensor], float]]:
+    """Each batch on the device, with the seconds this rank waited for it (its data wait)."""
+    iterator = iter(loader)
+    while True:
+        asked = time.perf_counter()
+        try:
+            batch = next(iterator)
+        except StopIteration:
             return
-        # rank 0 numbers the attempt; the others never write
-        if rank == 0:
-            log_dir.mkdir(parents=True, exist_ok=True)
-            attempt = log_dir / attempt_dir_name(next_attempt_index(p.name for p in log_dir.iterdir()))
-            attempt.mkdir()
-            self.handle = (attempt / "metrics.jsonl").open("a", buffering=1)
-            self.directory = attempt
+        batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+        yield batch, time.perf_counter() - asked
 
-    def write(self, record: dict[str, Any]) -> None:
-        if self.handle is not None:
-            self.handle.write(json.dumps(record, sort_keys=True) + "\n")
 
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
+def _fault(step: int, fail_at: int, hold_at: int, metrics: RunMetrics, comm: Comm) -> None:
+    if step == fail_at:
+        metrics.event("injected failure", step=step)
+        metrics.close()
+        sys.stdout.flush()
+        os.kill(os.getpid(), signal.SIGKILL)  # like a node dying: no cleanup, no final checkpoint
+    if step == hold_at:
+        comm.barrier()
+        metrics.event("holding", step=step)
+        log.warning("holding after step %d until killed (%s)", step, HOLD_AT_STEP_ENV)
+        while True:
+            time.sleep(3600)
 
 
 def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainResult:
     env = dict(os.environ if env is None else env)
-    rank, topology, created_group = _init_distributed(env)
+    runtime = init_runtime(env, device=config.device)
+    try:
+        return _train(config, env, runtime)
+    finally:
+        runtime.close()
+
+
+def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> TrainResult:
     if config.deterministic:
-        torch.use_deterministic_algorithms(True)
-        torch.set_num_threads(config.threads)
-    comm = Comm(topology, rank)
+        configure_determinism(runtime, config.threads)
+    topology, rank, device = runtime.topology, runtime.rank, runtime.device
+    mode = DataParallel(config.data_parallel)
+    node_group = runtime.mesh["intra"].get_group() if runtime.mesh is not None else None
+    comm = Comm(topology, rank, node_group=node_group)
     comm.node_group()
 
     torch.manual_seed(config.seed)
-    model = WorldActionModel(config.model)
-    muon_named, adamw_named = route_parameters(model, HEADS)
+    model = WorldActionModel(config.model).to(device)
+    muon_named, _ = route_parameters(model, HEADS)
     shapes = [tuple(p.shape) for _, p in muon_named]
-    choice = choose_strategy(comm, shapes, override=None if config.strategy == "auto" else config.strategy)
+    choice = choose_strategy(
+        comm,
+        shapes,
+        override=None if config.strategy == "auto" else config.strategy,
+        candidates=_candidates(mode),
+    )
     picks = set(comm.all_gather_object(choice.strategy.value))
     if len(picks) > 1:  # every probe figure is all-gathered, so this means a bug, not a slow link
         raise RuntimeError(f"ranks chose different Muon strategies {sorted(picks)}; pass --strategy")
+    # Sharding replaces the parameters with DTensors in place: the optimizers take them afterwards.
+    trainee = wrap(
+        model, mode, comm, runtime.mesh, device, compile_blocks=config.compile, fixed_buckets=config.deterministic
+    )
+    muon_names = {name for name, _ in muon_named}
+    muon_params = [p for name, p in model.named_parameters() if name in muon_names]
+    adamw_params = [p for name, p in model.named_parameters() if p.requires_grad and name not in muon_names]
     muon = ShardedMuon(
-        [p for _, p in muon_named],
+        muon_params,
         strategy=choice.strategy,
         comm=comm,
         hyper=MuonHyper(lr=config.muon_lr, weight_decay=config.muon_weight_decay),
     )
     adamw = torch.optim.AdamW(
-        [p for _, p in adamw_named], lr=config.adamw_lr, betas=(0.9, 0.95), weight_decay=0.0, foreach=False
+        adamw_params, lr=config.adamw_lr, betas=(0.9, 0.95), weight_decay=0.0, foreach=False
     )
-    params = [p for p in model.parameters() if p.requires_grad]
-    source = _source(config, rank, topology.world_size)
 
     store = (
         checkpoint.CheckpointStore(config.checkpoint_dir, config.keep_checkpoints)
         if config.checkpoint_dir
         else None
     )
-    start, resumed_from = 0, None
-    if store is not None:
-        # Rank 0 decides: on a shared filesystem with attribute caching, ranks listing the directory
-        # themselves could see different newest checkpoints and start at different steps.
-        latest = store.latest() if rank == 0 else None
-        step = comm.all_gather_object(latest.step if latest else None)[0]
-        if step is not None:
-            start = resumed_from = checkpoint.load(
-                checkpoint.CheckpointRef(step, store.path_for(step)), model, adamw, muon
-            )
-    metrics = _MetricsLog(config.log_dir, rank, comm)
-    metrics.write({"event": "start", "resumed_from": resumed_from, "choice": choice.to_dict()})
+    resumed_from = checkpoint.load_latest(store, model, adamw, muon, comm) if store is not None else None
+    start = resumed_from or 0
+
+    from megahour.train.data import batch_loader
+
+    dataset = _dataset(config, rank, topology.world_size)
+    loader = batch_loader(
+        dataset,
+        batch_size=config.batch_size,
+        start_step=start,
+        steps=config.steps,
+        workers=config.workers,
+        pin_memory=device.type == "cuda",
+    )
+    flops = config.model.flops_per_sample()
+    peak = peak_flops(device)
+    metrics = RunMetrics(config.log_dir, rank, textfile_dir=config.textfile_dir, job=config.job)
+    metrics.event(
+        "start",
+        resumed_from=resumed_from,
+        choice=choice.to_dict(),
+        device=str(device),
+        data_parallel=mode.value,
+        flops_per_sample=flops,
+    )
     if rank == 0:
-        log.info("training steps %d..%d, muon strategy %s", start, config.steps, choice.strategy.value)
+        log.info(
+            "training steps %d..%d on %s (%s), muon strategy %s",
+            start, config.steps, device, mode.value, choice.strategy.value,
+        )  # fmt: skip
 
     fail_at = int(env.get(FAIL_AT_STEP_ENV, "-1") or -1)
     hold_at = int(env.get(HOLD_AT_STEP_ENV, "-1") or -1)
@@ -195,69 +267,72 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
     loss_value: float | None = None
     step_times: list[float] = []
     optimizer_times: list[float] = []
-    for step in range(start, config.steps):
-        started = time.perf_counter()
-        plan = plan_batch(step, config.batch_size, source.epoch_order, source.rows)
-        batch = collate([source.sample(row, epoch) for epoch, row in plan.items])
-        for p in params:
-            p.grad = None
-        loss = model.loss(batch)
+    waits: list[float] = []
+    done = start
+    for batch, waited in _batches(loader, device):
+        started = time.perf_counter() - waited
+        model.zero_grad(set_to_none=True)
+        with runtime.autocast():
+            loss = trainee(batch)
         loss.backward()
-        bucket = torch.cat([p.grad.reshape(-1) for p in params])
-        comm.all_reduce(bucket, tag="grad")
-        bucket.div_(topology.world_size)
-        offset = 0
-        for p in params:
-            p.grad.copy_(bucket[offset : offset + p.numel()].view_as(p))
-            offset += p.numel()
         optimizer_started = time.perf_counter()
         muon.step()
         adamw.step()
+        reported = loss.detach().float().reshape(1).clone()
+        comm.all_reduce(reported, tag="metrics")  # also waits for the step's kernels
         optimizer_times.append(time.perf_counter() - optimizer_started)
-        reported = loss.detach().reshape(1).clone()
-        comm.all_reduce(reported, tag="metrics")
         loss_value = float(reported.item() / topology.world_size)
         step_times.append(time.perf_counter() - started)
-        done = step + 1
-        metrics.write({"step": done, "loss": loss_value, "seconds": step_times[-1]})
+        waits.append(waited)
+        done += 1
+        record = StepRecord(
+            step=done,
+            loss=loss_value,
+            seconds=step_times[-1],
+            data_wait_seconds=waited,
+            samples=config.batch_size * topology.world_size,
+            mfu=mfu(flops, config.batch_size / step_times[-1], peak),
+        )
+        metrics.step(record)
         if rank == 0 and (done % config.log_every == 0 or done == config.steps):
             log.info(
-                "step %d/%d loss %.6f %.1f ms/step", done, config.steps, loss_value, step_times[-1] * 1e3
-            )
+                "step %d/%d loss %.6f %.1f ms/step, data wait %.1f%%",
+                done, config.steps, loss_value, step_times[-1] * 1e3, 100 * record.data_wait_fraction,
+            )  # fmt: skip
         if store is not None and (done % config.checkpoint_every == 0 or done == config.steps):
             checkpoint.save(store, done, model, adamw, muon, comm, {"strategy": choice.strategy.value})
-        if done == fail_at:
-            metrics.write({"event": "injected failure", "step": done})
-            metrics.close()
-            sys.stdout.flush()
-            os.kill(os.getpid(), signal.SIGKILL)  # like a node dying: no cleanup, no final checkpoint
-        if done == hold_at:
-            comm.barrier()
-            metrics.write({"event": "holding", "step": done})
-            log.warning("holding after step %d until killed (%s)", done, HOLD_AT_STEP_ENV)
-            while True:
-                time.sleep(3600)
+        _fault(done, fail_at, hold_at, metrics, comm)
 
+    total = sum(step_times)
+    samples_per_second = config.batch_size * topology.world_size * len(step_times) / total if total else None
     result = TrainResult(
         steps=config.steps,
         resumed_from=resumed_from,
         final_loss=loss_value,
-        digest=parameter_digest(params),
+        digest=parameter_digest(_full(p) for p in model.parameters()),
         strategy=choice.strategy.value,
         choice=choice.to_dict(),
         bytes={k: v.to_dict() for k, v in comm.job_totals().items()},
-        step_seconds_mean=sum(step_times) / len(step_times) if step_times else None,
+        step_seconds_mean=total / len(step_times) if step_times else None,
         optimizer_seconds_mean=sum(optimizer_times) / len(optimizer_times) if optimizer_times else None,
+        data_wait_fraction=sum(waits) / total if total else None,
+        samples_per_second=samples_per_second,
+        mfu=mfu(flops, samples_per_second / topology.world_size, peak) if samples_per_second else None,
+        device=str(device),
+        data_parallel=mode.value,
+        parameters=sum(p.numel() for p in model.parameters()),  # a DTensor counts its global size
+        flops_per_sample=flops,
     )
-    metrics.write({"event": "end", **result.to_dict()})
+    metrics.event("end", **result.to_dict())
     metrics.close()
-    source.close()
+    if hasattr(dataset, "close"):
+        dataset.close()
     if rank == 0 and config.log_dir is not None:
         atomic_write_text(config.log_dir / "result.json", json.dumps(result.to_dict(), indent=2) + "\n")
-    if created_group:
-        # Leave together and tear gloo down: a rank exiting while a peer's gloo threads still hold
-        # its connections makes the peer abort ("terminate called without an active exception"),
-        # and torchrun reports the finished job as failed.
-        comm.barrier()
-        dist.destroy_process_group()
     return result
+
+
+def _full(p: torch.Tensor) -> torch.Tensor:
+    """The whole parameter: an FSDP2 shard is gathered (a collective every rank makes, in order)."""
+    full_tensor = getattr(p, "full_tensor", None)
+    return full_tensor() if full_tensor is not None else p
