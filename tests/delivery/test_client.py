@@ -138,3 +138,20 @@ def test_an_object_store_root_without_a_direct_url_says_how_to_fix_the_fallback(
     config = dataclasses.replace(make_config(), root_ufs="s3://bucket/prefix")
     with pytest.raises(DeliveryError, match="set alluxio_under_store_url"):
         HttpTransport(config).under_store_get("storage/a.mcap", 0, 10)
+
+
+def test_without_a_cache_tier_the_direct_client_reads_the_storage_uri_itself(tmp_path) -> None:
+    from megahour.delivery.client import direct_client
+
+    path = tmp_path / "bucket" / "a.mcap"
+    path.parent.mkdir()
+    path.write_bytes(DATA)
+    client = direct_client()
+    for uri in (str(path), f"file://{path}"):
+        key = client.config.object_key(uri)
+        assert key == uri  # no root to strip: the key is the episode's own location
+        assert client.read(key, 5000, 9000) == DATA[5000:14000]
+    assert client.stats.under_store_bytes == 18000 and not client.stats.bytes_by_worker
+    client.transport.close()
+    with pytest.raises(DeliveryError, match="lists no workers"):
+        CacheClient(CacheConfig(root_ufs="/srv", workers=()))  # a cache tier still needs workers

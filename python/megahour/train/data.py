@@ -283,7 +283,12 @@ class ManifestDataset(Dataset):
                 f"{self.manifest} lacks columns {missing}: training reads episode_id, storage_uri and bytes; "
                 "rebuild it with the default columns (`megahour manifest build`)"
             )
-        client = CacheClient(self.cache_config) if self.cache_config is not None else direct_client()
+        try:
+            client = CacheClient(self.cache_config) if self.cache_config is not None else direct_client()
+        except BaseException:
+            ranked.close()
+            raise
+        # Until the cameras are known (__init__ reads them from the first episode), a spec of nothing.
         spec = getattr(self, "spec", None) or SampleSpec("megahour-train-probe")
         loader = CacheLoader(
             client, spec, seed=self.seed, attempts=self.attempts, open_episodes=self.open_episodes
