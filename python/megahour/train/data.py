@@ -109,8 +109,8 @@ def _mix(*values: int) -> int:
 
 
 class SyntheticDataset(Dataset):
-    """Clips of blobs moving at a constant velocity, one blob per camera (each its own start); the
-    actions are that velocity, the proprio the first camera's blob position. Learnable, cheap, and the
+    """Clips of a blob moving at a constant velocity, seen by every camera (mirrored left to right by
+    the odd ones); the actions are that velocity, the proprio its position. Learnable, cheap, and the
     same bytes for the same (seed, rank, row) on every machine."""
 
     def __init__(self, config: ModelShape, rows: int, seed: int = 0, rank: int = 0) -> None:
@@ -134,18 +134,18 @@ class SyntheticDataset(Dataset):
         _, row = item
         c = self.config
         rng = np.random.default_rng(_mix(self.seed, self.rank, row))
-        starts = rng.uniform(0.2, 0.8, size=(c.cameras, 2))
+        start = rng.uniform(0.2, 0.8, size=2)
         velocity = rng.uniform(-0.05, 0.05, size=2)
         total = c.context_frames + c.future_frames
         grid = (np.arange(c.image_size) + 0.5) / c.image_size
         clips = np.empty((total, c.cameras, 3, c.image_size, c.image_size), dtype=np.uint8)
         for k in range(total):
-            for cam in range(c.cameras):
-                cy, cx = starts[cam] + velocity * k
-                blob = np.exp(-(((grid[:, None] - cy) ** 2 + (grid[None, :] - cx) ** 2) / 0.01))
-                clips[k, cam] = np.rint(blob * 255).astype(np.uint8)[None]
+            cy, cx = start + velocity * k
+            blob = np.rint(255 * np.exp(-(((grid[:, None] - cy) ** 2 + (grid[None, :] - cx) ** 2) / 0.01)))
+            for cam in range(c.cameras):  # odd cameras see it mirrored left to right
+                clips[k, cam] = (blob[:, ::-1] if cam % 2 else blob).astype(np.uint8)[None]
         proprio = np.zeros(c.proprio_dim, dtype=np.float32)
-        proprio[:2] = starts[0] + velocity * (c.context_frames - 1)
+        proprio[:2] = start + velocity * (c.context_frames - 1)
         past = np.zeros((c.past_actions, c.action_dim), dtype=np.float32)
         past[:, :2] = velocity
         future = np.zeros((c.action_chunk, c.action_dim), dtype=np.float32)
