@@ -23,8 +23,7 @@ import pytest
 from megahour.curation import fetch, manifest
 from megahour.delivery.client import CacheConfig, Worker
 from megahour.delivery.pages import Geometry
-from megahour.episodes import mcapio, transcode
-from megahour.episodes.synthetic import synthetic_recording
+from megahour.episodes.synthetic import write_tuned_episode
 
 WORKERS = ("gpu-1", "gpu-2", "gpu-3")
 PROXY_PREFIX = "/api/v1/s3/"
@@ -32,12 +31,7 @@ PROXY_PREFIX = "/api/v1/s3/"
 
 def tuned_episode(path: Path, duration_s: float, seed: int) -> Path:
     """A tuned (transcoded) synthetic episode at ``path``: two cameras at 30 Hz, joints, actions."""
-    recording, _ = synthetic_recording(duration_s, seed=seed)
-    raw = path.with_suffix(".raw.mcap")
-    mcapio.write_raw(recording, raw, chunk_bytes=64 * 1024)
-    transcode.transcode(raw, path)
-    raw.unlink()
-    return path
+    return write_tuned_episode(path, duration_s, seed)
 
 
 def write_manifest(path: Path, uris: list[str], world_size: int, **extra: list) -> Path:

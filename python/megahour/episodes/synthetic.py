@@ -7,6 +7,8 @@ read at the wrong time shows up in PSNR.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from megahour.episodes import schemas, video
@@ -66,3 +68,21 @@ def synthetic_recording(duration_s: float = 3.0, seed: int = 0) -> tuple[Recordi
             ]
     end = max(msgs[-1].log_time for msgs in messages.values())
     return Recording(f"synthetic-{seed}", topics, messages, START, end), sources
+
+
+def write_tuned_episode(
+    path: str | Path, duration_s: float = 2.0, seed: int = 0, chunk_bytes: int = 64 * 1024
+) -> Path:
+    """A tuned (transcoded) synthetic episode at ``path``: two cameras at 30 Hz, joints, actions.
+
+    The raw recording is written beside it and removed; what stays is what ingestion would store.
+    """
+    from megahour.episodes import mcapio, transcode
+
+    path = Path(path)
+    recording, _ = synthetic_recording(duration_s, seed=seed)
+    raw = path.with_suffix(".raw.mcap")
+    mcapio.write_raw(recording, raw, chunk_bytes=chunk_bytes)
+    transcode.transcode(raw, path)
+    raw.unlink()
+    return path
