@@ -60,3 +60,18 @@ def test_a_missing_torch_names_the_train_extra(monkeypatch, capsys) -> None:
             "error: `megahour train` needs torch: install megahour's train extra "
             "(pip install 'megahour[train]'; on a cluster, deploy with runtime_train: true)\n"
         )
+
+
+def test_the_cli_choices_match_the_trainer_and_the_model() -> None:
+    """`megahour train run --help` spells the choices without importing torch; they must not drift."""
+    from megahour.train import cli
+    from megahour.train.model import PRESETS
+    from megahour.train.trainer import STRATEGIES
+
+    assert STRATEGIES == cli.STRATEGIES
+    assert tuple(PRESETS) == cli.PRESETS
+
+
+def test_run_refuses_a_strategy_the_data_parallel_mode_cannot_run(capsys) -> None:
+    assert main(["train", "run", "--data-parallel", "hsdp", "--strategy", "world", "--steps", "0"]) == 1
+    assert "Muon must be fully_sharded" in capsys.readouterr().err

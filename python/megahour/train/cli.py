@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 # checks them against the trainer's and the model's).
 STRATEGIES = ("auto", "replicated", "world", "per_node", "fully_sharded")
 PRESETS = ("tiny", "small", "base")
+# A cluster sets it for every training job through the runtime role's runtime_train_env.
+TEXTFILE_DIR_ENV = "MEGAHOUR_TRAIN_TEXTFILE_DIR"
 
 # Shapes the selector can be asked about without building a model: the anchors' 8B example.
 _LLAMA8B = [
@@ -102,8 +104,12 @@ def register(subparsers: cliutil.Subparsers) -> None:
     )
     p.add_argument("--camera", action="append", dest="cameras", help="a camera topic to train on (repeat)")
     p.add_argument("--workers", type=int, default=0, help="DataLoader processes decoding samples")
-    p.add_argument("--textfile-dir", help="the node exporter's textfile directory for step metrics")
-    p.add_argument("--job", default="", help="the job label of the textfile metrics (default $SLURM_JOB_ID)")
+    p.add_argument(
+        "--textfile-dir",
+        help=f"the node exporter's textfile directory for step metrics; empty: ${TEXTFILE_DIR_ENV} "
+        "(set it in runtime_train_env), else none",
+    )
+    p.add_argument("--job", default="", help="the job label of the textfile metrics; empty: $SLURM_JOB_ID")
     p.add_argument("--no-deterministic", action="store_true", help="allow nondeterministic kernels, threads")
     cliutil.add_json_flag(p, help="print the result as JSON (rank 0)")
 
@@ -158,7 +164,7 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         cache_config=_cache_config(args.cache_config),
         cameras=tuple(args.cameras) if args.cameras else None,
         workers=args.workers,
-        textfile_dir=Path(args.textfile_dir) if args.textfile_dir else None,
+        textfile_dir=_textfile_dir(args.textfile_dir),
         job=args.job or os.environ.get("SLURM_JOB_ID", ""),
         deterministic=not args.no_deterministic,
         model=preset(args.preset),
@@ -174,6 +180,11 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
                 highlight=False,
             )
     return 0
+
+
+def _textfile_dir(given: str | None) -> Path | None:
+    chosen = given or os.environ.get(TEXTFILE_DIR_ENV)
+    return Path(chosen) if chosen else None
 
 
 def _cache_config(given: str | None) -> Path | None:

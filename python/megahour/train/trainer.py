@@ -210,7 +210,13 @@ def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> Tra
         raise RuntimeError(f"ranks chose different Muon strategies {sorted(picks)}; pass --strategy")
     # Sharding replaces the parameters with DTensors in place: the optimizers take them afterwards.
     trainee = wrap(
-        model, mode, comm, runtime.mesh, device, compile_blocks=config.compile, fixed_buckets=config.deterministic
+        model,
+        mode,
+        comm,
+        runtime.mesh,
+        device,
+        compile_blocks=config.compile,
+        fixed_buckets=config.deterministic,
     )
     muon_names = {name for name, _ in muon_named}
     muon_params = [p for name, p in model.named_parameters() if name in muon_names]
