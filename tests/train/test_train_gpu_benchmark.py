@@ -1,4 +1,5 @@
-"""benchmarks/train_gpu.py's smoke mode on the CPU: it runs, and its JSON has the stable keys."""
+"""The GPU benchmarks' smoke modes on the CPU (train_gpu.py, gpu_check.py): they run, and their JSON
+has the stable keys."""
 
 from __future__ import annotations
 
@@ -47,3 +48,20 @@ def test_the_data_hook_feeds_from_the_trainers_loader(tmp_path) -> None:
     figures = _run(tmp_path, "--data", "synthetic", "--workers", "0")
     assert figures["data"] == "synthetic" and figures["mfu"] is None  # no peak on the CPU
     assert 0 <= figures["data_wait_fraction"] < 1
+
+
+def test_the_prepared_gpu_check_runs_on_the_cpu_and_reports_every_target(tmp_path) -> None:
+    """benchmarks/gpu_check.py is what a GPU session runs once: its CPU smoke run must work end to end
+    (MFU run, episodes built and fed through the loader, Muon exactness of every strategy)."""
+    out = tmp_path / "gpu-check.json"
+    argv = [sys.executable, str(REPO / "benchmarks" / "gpu_check.py"), "--quick", "--device", "cpu",
+            "--preset", "tiny", "--json", str(out)]  # fmt: skip
+    env = {**os.environ, "MEGAHOUR_PEAK_FLOPS": "1e12", "OMP_NUM_THREADS": "1"}
+    subprocess.run(argv, check=True, capture_output=True, text=True, timeout=600, env=env)
+    figures = json.loads(out.read_text())
+    keys = {"environment", "commit", "preset", "mfu", "data_wait", "muon_exactness", "targets"}
+    assert set(figures) == keys
+    assert set(figures["muon_exactness"]) == {"world", "per_node", "fully_sharded"}
+    assert figures["targets"]["muon_exact_every_strategy"] is True
+    assert 0 < figures["mfu"]["mfu"] < 1 and 0 <= figures["data_wait"]["data_wait_fraction"] <= 1
+    assert figures["data_wait"]["episodes"] == 2
