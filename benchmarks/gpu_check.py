@@ -17,7 +17,7 @@ Prepared for a machine with a GPU (run it there as one command; nothing in CI de
 
 It records the GPU, driver, CUDA and torch versions and writes every figure to ``--json`` (stable keys:
 ``environment``, ``mfu``, ``data_wait``, ``muon_exactness``, ``targets``). ``--quick --device cpu
---preset tiny`` is the CPU smoke run CI makes (tests/train/test_gpu_check.py).
+--preset tiny`` is the CPU smoke run CI makes (tests/train/test_train_gpu_benchmark.py).
 
     python benchmarks/gpu_check.py --json /tmp/gpu-check.json
     python benchmarks/gpu_check.py --quick --device cpu --preset tiny --json /tmp/gpu-check.json
@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "python"))
 
 import train_gpu
 from benchlib import write_json
+from megahour.train.model import PRESETS, preset
 
 console = Console(stderr=True)
 MFU_TARGET = 0.40
@@ -50,8 +51,12 @@ MFU_KEYS = (
 DATA_WAIT_KEYS = ("data_wait_fraction", "step_seconds_mean", "samples_per_second", "workers", "batch_size")
 
 
-def build_episodes(root: Path, episodes: int, duration_s: float) -> Path:
-    """Transcoded synthetic episodes under ``root`` and a verified one-rank manifest of them."""
+SMALLEST_CAMERA_SIDE = 48  # the synthetic wrist camera's height at scale 1
+
+
+def build_episodes(root: Path, episodes: int, duration_s: float, image_size: int) -> Path:
+    """Transcoded synthetic episodes under ``root`` and a verified one-rank manifest of them, their
+    frames scaled so every camera is at least ``image_size`` on its short side."""
     import pyarrow as pa
 
     from megahour.curation import fetch, manifest
@@ -59,7 +64,8 @@ def build_episodes(root: Path, episodes: int, duration_s: float) -> Path:
 
     paths = []
     for i in range(episodes):
-        paths.append(write_tuned_episode(root / f"ep-{i}.mcap", duration_s, seed=i))
+        scale = -(-image_size // SMALLEST_CAMERA_SIDE)
+        paths.append(write_tuned_episode(root / f"ep-{i}.mcap", duration_s, seed=i, scale=scale))
         console.print(f"episodes: {i + 1}/{episodes}", highlight=False)
     table = pa.table(
         {
@@ -154,8 +160,10 @@ def muon_exactness(device: str, steps: int) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", default="base", help="the model preset measured")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--preset", default="base", choices=list(PRESETS), help="the model preset measured")
+    p.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: CUDA when present"
+    )
     p.add_argument("--batch-size", type=int, help="per step (train_gpu's default when unset)")
     p.add_argument("--workers", type=int, default=8, help="loader processes for the data-wait run")
     p.add_argument("--episodes", type=int, default=16, help="transcoded episodes to build")
@@ -174,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     resident = train_gpu.run(_train_args(args, "device"))
     with tempfile.TemporaryDirectory(prefix="megahour-gpu-check-") as tmp:
         console.print("2/3 data wait through the loader", highlight=False)
-        manifest_path = build_episodes(Path(tmp), args.episodes, args.episode_seconds)
+        image_size = preset(args.preset).image_size
+        manifest_path = build_episodes(Path(tmp), args.episodes, args.episode_seconds, image_size)
         fed = train_gpu.run(_train_args(args, f"manifest:{manifest_path}"))
     console.print("3/3 Muon exactness", highlight=False)
     exactness = muon_exactness(device, args.muon_steps)

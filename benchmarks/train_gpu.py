@@ -208,6 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             seconds.append(time.perf_counter() - started)
             waits.append(waited)
             losses.append(float(loss))
+    batches.close()  # a loader's generator closes its dataset (readers, connections, workers)
     times = StepTimes(seconds, waits).summary()
     flops = config.flops_per_sample()
     samples_per_second = args.batch_size / times["step_seconds_mean"]
@@ -243,8 +244,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--preset", choices=list(PRESETS), default="base")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--preset", choices=list(PRESETS), default="base", help="the model preset measured")
+    p.add_argument(
+        "--device", choices=["auto", "cpu", "cuda"], default="auto", help="auto: CUDA when present"
+    )
     p.add_argument("--batch-size", type=int, default=None, help="per step (default 32; --quick 4)")
     p.add_argument("--warmup", type=int, default=None, help="untimed steps first (default 5; --quick 1)")
     p.add_argument("--steps", type=int, default=None, help="timed steps (default 30; --quick 3)")

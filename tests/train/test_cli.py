@@ -75,3 +75,12 @@ def test_the_cli_choices_match_the_trainer_and_the_model() -> None:
 def test_run_refuses_a_strategy_the_data_parallel_mode_cannot_run(capsys) -> None:
     assert main(["train", "run", "--data-parallel", "hsdp", "--strategy", "world", "--steps", "0"]) == 1
     assert "Muon must be fully_sharded" in capsys.readouterr().err
+
+
+def test_the_cli_modes_and_devices_match_the_runtime() -> None:
+    from megahour.train import cli
+    from megahour.train.device import DEVICES
+    from megahour.train.parallel import DataParallel
+
+    assert tuple(m.value for m in DataParallel) == cli.DATA_PARALLEL
+    assert DEVICES == cli.DEVICES

@@ -137,3 +137,10 @@ def test_cameras_the_model_cannot_take_are_refused(cached_manifest) -> None:
     ds = ManifestDataset(cached_manifest.manifests[1], 0, 1, one, cameras=["/camera/wrist/image"])
     assert ds[(0, 0)]["frames"].shape == (CONFIG.context_frames, 1, 3, 32, 32)
     ds.close()
+
+
+def test_a_bare_index_is_refused_in_one_line_naming_batch_loader(cached_manifest) -> None:
+    ds = dataset(cached_manifest)
+    with pytest.raises(DataError, match=r"pairs, got 3: iterate it with megahour.train.batch_loader"):
+        ds[3]
+    ds.close()

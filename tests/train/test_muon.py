@@ -206,12 +206,25 @@ def test_a_comm_for_another_world_size_is_refused() -> None:
         dist.destroy_process_group()
 
 
-def test_fully_sharded_refuses_plain_tensors_and_names_the_fix() -> None:
-    optimizer = ShardedMuon([torch.zeros(3, 3)], strategy="fully_sharded", comm=Comm(Topology(1, 1), 0))
+def test_fully_sharded_on_one_rank_is_torch_muon_and_plain_tensors_elsewhere_are_refused() -> None:
+    """One rank: FSDP2 shards nothing (one GPU), so plain tensors are every matrix, owned here. In a
+    larger world the shard group comes from the DTensors, and plain tensors name the fix."""
+    from megahour.train.muon import _shard_group
+
+    hyper = MuonHyper(lr=0.02)
+    for comm in (Comm(Topology(1, 1), 0), None):
+        ours = torch.randn(6, 4, generator=torch.Generator().manual_seed(1))
+        theirs = ours.clone()
+        optimizer = ShardedMuon([ours], strategy="fully_sharded", comm=comm, hyper=hyper)
+        reference = hyper.reference([theirs])
+        for step in range(3):
+            ours.grad = torch.randn(6, 4, generator=torch.Generator().manual_seed(step))
+            theirs.grad = ours.grad.clone()
+            optimizer.step()
+            reference.step()
+        assert torch.equal(ours, theirs)
     with pytest.raises(ValueError, match="fully_shard"):
-        optimizer.layout()
-    with pytest.raises(ValueError, match="needs a Comm"):
-        ShardedMuon([torch.zeros(3, 3)], strategy="fully_sharded").layout()
+        _shard_group([torch.zeros(3, 3)])
 
 
 def test_shard_rows_follow_torch_chunk() -> None:

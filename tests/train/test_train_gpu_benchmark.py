@@ -65,3 +65,22 @@ def test_the_prepared_gpu_check_runs_on_the_cpu_and_reports_every_target(tmp_pat
     assert figures["targets"]["muon_exact_every_strategy"] is True
     assert 0 < figures["mfu"]["mfu"] < 1 and 0 <= figures["data_wait"]["data_wait_fraction"] <= 1
     assert figures["data_wait"]["episodes"] == 2
+
+
+def test_the_gpu_check_builds_episodes_the_base_preset_can_read(tmp_path) -> None:
+    """Its default preset takes 160-pixel frames: the episodes it builds must be at least that big."""
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    try:
+        from gpu_check import build_episodes
+    finally:
+        sys.path.remove(str(REPO / "benchmarks"))
+    from megahour.train.data import ManifestDataset
+    from megahour.train.model import preset
+
+    base = preset("base")
+    path = build_episodes(tmp_path, episodes=1, duration_s=1.0, image_size=base.image_size)
+    dataset = ManifestDataset(path, 0, 1, base)
+    sample = dataset[(0, 0)]
+    dataset.close()
+    size = base.image_size
+    assert sample["frames"].shape == (base.context_frames, base.cameras, 3, size, size)

@@ -157,3 +157,15 @@ def test_config_names_the_valid_strategies_and_pairings() -> None:
         TrainConfig(strategy="fully_sharded")
     with pytest.raises(ValueError, match="--strategy fully_sharded"):
         TrainConfig(strategy="world", data_parallel="hsdp")
+
+
+def test_fsdp_over_the_world_and_a_single_rank_train(tmp_path) -> None:
+    """FSDP2 on a 1-D world mesh (two ranks of one node); and FSDP/HSDP on one rank, where nothing is
+    sharded and fully sharded Muon is every matrix's owner (one GPU with the base preset)."""
+    fsdp = _config(tmp_path, "fsdp", steps=5, data_parallel="fsdp", strategy="auto")
+    result = run_local_world(Topology(1, 2), train_worker, config=fsdp)[0]
+    assert result["strategy"] == "fully_sharded" and result["bytes"]["muon"]["collectives"] > 0
+    assert result["final_loss"] < 1
+    one = _config(tmp_path, "one", steps=3, data_parallel="hsdp", strategy="fully_sharded")
+    alone = run_local_world(Topology(1, 1), train_worker, config=one)[0]
+    assert alone["steps"] == 3 and alone["final_loss"] is not None and "muon" not in alone["bytes"]

@@ -30,10 +30,20 @@ def synthetic_frames(n: int, width: int, height: int, seed: int) -> np.ndarray:
     return out
 
 
-def synthetic_recording(duration_s: float = 3.0, seed: int = 0) -> tuple[Recording, dict[str, np.ndarray]]:
+def synthetic_recording(
+    duration_s: float = 3.0, seed: int = 0, scale: int = 1
+) -> tuple[Recording, dict[str, np.ndarray]]:
+    """``scale`` multiplies the cameras' 96x64 and 64x48 frames (a model with larger inputs needs
+    frames at least its image size)."""
+    if scale < 1:
+        raise ValueError(f"scale must be a positive integer, got {scale}")
     topics = {
-        "/camera/scene/image": TopicSpec("/camera/scene/image", "image", 30.0, "scene", 96, 64),
-        "/camera/wrist/image": TopicSpec("/camera/wrist/image", "image", 30.0, "wrist", 64, 48),
+        "/camera/scene/image": TopicSpec(
+            "/camera/scene/image", "image", 30.0, "scene", 96 * scale, 64 * scale
+        ),
+        "/camera/wrist/image": TopicSpec(
+            "/camera/wrist/image", "image", 30.0, "wrist", 64 * scale, 48 * scale
+        ),
         "/joint_states": TopicSpec("/joint_states", "joints", 200.0),
         "/action": TopicSpec("/action", "joints", 100.0),
         "/gripper/state": TopicSpec("/gripper/state", "joints", 20.0),
@@ -71,7 +81,7 @@ def synthetic_recording(duration_s: float = 3.0, seed: int = 0) -> tuple[Recordi
 
 
 def write_tuned_episode(
-    path: str | Path, duration_s: float = 2.0, seed: int = 0, chunk_bytes: int = 64 * 1024
+    path: str | Path, duration_s: float = 2.0, seed: int = 0, chunk_bytes: int = 64 * 1024, scale: int = 1
 ) -> Path:
     """A tuned (transcoded) synthetic episode at ``path``: two cameras at 30 Hz, joints, actions.
 
@@ -80,7 +90,7 @@ def write_tuned_episode(
     from megahour.episodes import mcapio, transcode
 
     path = Path(path)
-    recording, _ = synthetic_recording(duration_s, seed=seed)
+    recording, _ = synthetic_recording(duration_s, seed=seed, scale=scale)
     raw = path.with_suffix(".raw.mcap")
     mcapio.write_raw(recording, raw, chunk_bytes=chunk_bytes)
     transcode.transcode(raw, path)

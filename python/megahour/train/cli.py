@@ -17,9 +17,11 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 # The trainer's choices, spelled here so `megahour --help` needs no torch (tests/train/test_cli.py
-# checks them against the trainer's and the model's).
+# checks them against the trainer's, the model's, the data-parallel modes and the runtime's).
 STRATEGIES = ("auto", "replicated", "world", "per_node", "fully_sharded")
 PRESETS = ("tiny", "small", "base")
+DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
+DEVICES = ("auto", "cpu", "cuda")
 # A cluster sets it for every training job through the runtime role's runtime_train_env.
 TEXTFILE_DIR_ENV = "MEGAHOUR_TRAIN_TEXTFILE_DIR"
 
@@ -88,13 +90,11 @@ def register(subparsers: cliutil.Subparsers) -> None:
     p.add_argument(
         "--data-parallel",
         default="ddp",
-        choices=["ddp", "fsdp", "hsdp"],
+        choices=list(DATA_PARALLEL),
         help="DistributedDataParallel, or FSDP2 sharded over the world (fsdp) or inside each node (hsdp)",
     )
     p.add_argument("--preset", default="tiny", choices=list(PRESETS), help="the model's size")
-    p.add_argument(
-        "--device", default="auto", choices=["auto", "cpu", "cuda"], help="auto: CUDA + NCCL where GPUs are"
-    )
+    p.add_argument("--device", default="auto", choices=list(DEVICES), help="auto: CUDA + NCCL where GPUs are")
     p.add_argument("--compile", action="store_true", help="torch.compile the transformer blocks")
     p.add_argument("--manifest", help="a fetched manifest (default: synthetic clips)")
     p.add_argument(

@@ -58,6 +58,17 @@ class ModelShape(Protocol):
 Item = tuple[int, int]  # (epoch, global manifest row)
 
 
+def _item(item: object, dataset: str) -> tuple[int, int]:
+    """An (epoch, row) pair; a bare index (a plain DataLoader's default sampler) is refused in one line:
+    it would say neither the epoch nor which rank's rows."""
+    if not isinstance(item, tuple | list) or len(item) != 2:
+        raise DataError(
+            f"{dataset} items are (epoch, row) pairs, got {item!r}: iterate it with "
+            "megahour.train.batch_loader (or a sampler over dataset.epoch_order(epoch))"
+        )
+    return int(item[0]), int(item[1])
+
+
 @dataclass(frozen=True)
 class BatchPlan:
     """Which (epoch, row) pairs a rank reads at one step."""
@@ -131,7 +142,7 @@ class SyntheticDataset(Dataset):
         """Nothing to release: the clips are generated."""
 
     def __getitem__(self, item: Item) -> dict[str, np.ndarray]:
-        _, row = item
+        _, row = _item(item, "SyntheticDataset")
         c = self.config
         rng = np.random.default_rng(_mix(self.seed, self.rank, row))
         start = rng.uniform(0.2, 0.8, size=2)
@@ -331,7 +342,10 @@ class ManifestDataset(Dataset):
         else:
             chosen = tuple(cameras)
             if len(chosen) != want:
-                raise DataError(f"cameras {list(chosen)} are {len(chosen)} topics, the model takes {want}")
+                raise DataError(
+                    f"cameras {list(chosen)} are {len(chosen)} topics, the model takes {want}: pass "
+                    f"{want} camera topics or set the model's cameras to {len(chosen)}"
+                )
             absent = [t for t in chosen if t not in reader.index.channels]
             if absent:
                 raise DataError(f"{ref.key} has no topics {absent}; its camera topics are {found}")
@@ -381,7 +395,7 @@ class ManifestDataset(Dataset):
         from megahour.delivery.client import DeliveryError
         from megahour.episodes.errors import EpisodeError
 
-        epoch, row = int(item[0]), int(item[1])
+        epoch, row = _item(item, "ManifestDataset")
         if not 0 <= row < self.total_rows:
             raise DataError(f"row {row} is outside {self.manifest} ({self.total_rows} rows)")
         opened = self._open()
@@ -448,8 +462,6 @@ def _collate(samples: list[Any]) -> Any:
 class _StepLoader(DataLoader):
     """A DataLoader that re-raises a worker's DataError as itself."""
 
-    source: Any = None  # the dataset (``dataset`` is the guard around it when workers > 0)
-
     def __iter__(self) -> Iterator[Any]:
         for batch in super().__iter__():
             if isinstance(batch, _Failure):
@@ -489,5 +501,4 @@ def batch_loader(
         pin_memory=pin_memory,
         **kwargs,
     )
-    loader.source = dataset
     return loader

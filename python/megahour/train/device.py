@@ -81,6 +81,12 @@ class Runtime:
             return contextlib.nullcontext()
         return torch.autocast(self.device.type, dtype=self.autocast_dtype)
 
+    def synchronize(self) -> None:
+        """Wait for the GPU's queued kernels (a no-op on the CPU): before reading a clock that must see
+        the work, not its launch."""
+        if self.is_cuda:
+            torch.cuda.synchronize(self.device)
+
     def close(self) -> None:
         """Leave the process group if this runtime joined it: every rank first, together.
 

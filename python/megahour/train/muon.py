@@ -228,7 +228,11 @@ class ShardedMuon(torch.optim.Optimizer):
             params = self.flat_params()
             shapes = [tuple(p.shape) for p in params]
             comm = self.comm
-            if self.strategy is Strategy.FULLY_SHARDED:
+            if self.strategy is Strategy.FULLY_SHARDED and _one_rank(comm):
+                # One rank: FSDP2 leaves nothing sharded (the trainer does not wrap a world of one),
+                # and every matrix is this rank's; the gather and scatter below are no-ops.
+                self._layout = (None, [comm.rank if comm is not None else 0] * len(params))
+            elif self.strategy is Strategy.FULLY_SHARDED:
                 if comm is None:
                     raise ValueError("strategy fully_sharded needs a Comm (the ledger and collectives)")
                 group = _shard_group(params)
@@ -274,7 +278,7 @@ class ShardedMuon(torch.optim.Optimizer):
         rank = self.comm.rank if self.comm is not None else 0
         params = self.flat_params()
         hypers = [hp for hp, members in self._group_hypers() for _ in members]
-        if self.strategy is Strategy.FULLY_SHARDED:
+        if self.strategy is Strategy.FULLY_SHARDED and self.comm is not None:
             self._step_fully_sharded(params, hypers, owners, group)
             return loss
         updates: dict[int, torch.Tensor] = {}
@@ -368,6 +372,13 @@ def _check_world_size(comm: Comm | None) -> None:
             f"the Comm's topology ({topo.nodes}x{topo.gpus_per_node} = {topo.world_size} ranks) does not "
             f"match the process group's {actual} ranks; build it with Topology.from_env(os.environ)"
         )
+
+
+def _one_rank(comm: Comm | None) -> bool:
+    import torch.distributed as dist
+
+    world = comm.topology.world_size if comm is not None else 1
+    return world == 1 and (not dist.is_initialized() or dist.get_world_size() == 1)
 
 
 def _local(t: torch.Tensor) -> torch.Tensor:

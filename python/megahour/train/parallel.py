@@ -103,14 +103,15 @@ def wrap(
         return ddp
     from torch.distributed.fsdp import fully_shard
 
-    shard_mesh = mesh if mode is DataParallel.HSDP else _world_mesh(device)
+    shard_mesh = mesh if mode is DataParallel.HSDP else world_mesh(device)
     for block in getattr(model, "blocks", []):
         fully_shard(block, mesh=shard_mesh)
     fully_shard(module, mesh=shard_mesh)
     return module
 
 
-def _world_mesh(device: torch.device) -> Any:
+def world_mesh(device: torch.device) -> Any:
+    """A 1-D mesh over every rank: FSDP2 sharding over the whole world (a collective call)."""
     from torch.distributed.device_mesh import init_device_mesh
 
     return init_device_mesh(device.type, (dist.get_world_size(),), mesh_dim_names=("world",))

@@ -25,6 +25,7 @@ from megahour.train.calibration import burst_seconds, choose_strategy
 from megahour.train.comm import Comm, LinkBytes
 from megahour.train.costmodel import ALL_CANDIDATES, DDP_CANDIDATES
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy
+from megahour.train.parallel import world_mesh
 from megahour.train.topology import Topology
 
 
@@ -46,7 +47,7 @@ def optimizer_step_worker(
     comm = Comm(topology, rank)
     comm.node_group()
     sharded = Strategy.FULLY_SHARDED.value in strategies
-    mesh = _world_mesh(topology) if sharded else None
+    mesh = world_mesh(torch.device("cpu")) if sharded else None
     choice = choose_strategy(comm, shapes, candidates=ALL_CANDIDATES if sharded else DDP_CANDIDATES)
     # The intra-node link's bandwidth at a large, bandwidth-bound payload (8 MiB): steadier than the
     # probe's fit at one matrix's size, so the benchmark sizes its inter-node cap from it.
@@ -88,13 +89,6 @@ def optimizer_step_worker(
             "muon_bytes_per_step": per_step,
         }
     return out
-
-
-def _world_mesh(topology: Topology) -> Any:
-    """A 1-D CPU mesh over every rank: FSDP2 sharding over the world (a collective call)."""
-    from torch.distributed.device_mesh import init_device_mesh
-
-    return init_device_mesh("cpu", (topology.world_size,), mesh_dim_names=("shard",))
 
 
 def _sharder(mesh: Any) -> Any:

@@ -47,7 +47,7 @@ from megahour.atomicio import atomic_write_text
 from megahour.train import checkpoint
 from megahour.train.calibration import choose_strategy
 from megahour.train.comm import Comm
-from megahour.train.device import Runtime, configure_determinism, init_runtime, mfu, peak_flops
+from megahour.train.device import Runtime, init_runtime, mfu, peak_flops
 from megahour.train.metrics import RunMetrics, StepRecord
 from megahour.train.model import HEADS, ModelConfig, WorldActionModel, preset
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy, parameter_digest, route_parameters
@@ -179,7 +179,10 @@ def _fault(step: int, fail_at: int, hold_at: int, metrics: RunMetrics, comm: Com
 
 def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainResult:
     env = dict(os.environ if env is None else env)
-    runtime = init_runtime(env, device=config.device)
+    # Determinism is set up before CUDA is first used: cuBLAS reads its workspace setting once.
+    runtime = init_runtime(
+        env, device=config.device, deterministic=config.deterministic, threads=config.threads
+    )
     try:
         return _train(config, env, runtime)
     finally:
@@ -187,8 +190,6 @@ def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainRes
 
 
 def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> TrainResult:
-    if config.deterministic:
-        configure_determinism(runtime, config.threads)
     topology, rank, device = runtime.topology, runtime.rank, runtime.device
     mode = DataParallel(config.data_parallel)
     node_group = runtime.mesh["intra"].get_group() if runtime.mesh is not None else None
@@ -204,6 +205,8 @@ def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> Tra
         shapes,
         override=None if config.strategy == "auto" else config.strategy,
         candidates=_candidates(mode),
+        shard_size=topology.gpus_per_node if mode is DataParallel.HSDP else None,
+        device=device,
     )
     picks = set(comm.all_gather_object(choice.strategy.value))
     if len(picks) > 1:  # every probe figure is all-gathered, so this means a bug, not a slow link
@@ -281,13 +284,15 @@ def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> Tra
         with runtime.autocast():
             loss = trainee(batch)
         loss.backward()
+        runtime.synchronize()  # on CUDA the backward is still queued: the optimizer's clock starts after it
         optimizer_started = time.perf_counter()
         muon.step()
         adamw.step()
-        reported = loss.detach().float().reshape(1).clone()
-        comm.all_reduce(reported, tag="metrics")  # also waits for the step's kernels
+        runtime.synchronize()
         optimizer_times.append(time.perf_counter() - optimizer_started)
-        loss_value = float(reported.item() / topology.world_size)
+        reported = loss.detach().float().reshape(1).clone()
+        comm.all_reduce(reported, tag="metrics")
+        loss_value = float(reported.item() / topology.world_size)  # .item() waits for the device
         step_times.append(time.perf_counter() - started)
         waits.append(waited)
         done += 1
