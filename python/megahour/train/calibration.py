@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -49,6 +49,34 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _slowest_rank_seconds(
+    comm: Comm,
+    group: Any,
+    ranks: Sequence[int],
+    operation: Callable[[int], None],
+    repeats: int,
+    rounds: int,
+    device: torch.device,
+) -> float:
+    """Seconds one ``operation(source)`` takes over ``group``, sources rotating over ``ranks`` as Muon's
+    owners do: per round, the slowest rank's mean over ``repeats`` back-to-back calls; the median round
+    (one scheduling hiccup must not decide). The first call warms up connections and buffers."""
+    operation(ranks[0])
+    per_round = []
+    for _ in range(rounds):
+        # Barriers over the probed group only: a world barrier would add a trip over the fabric to
+        # every node-group measurement.
+        comm.barrier(group)
+        _sync(device)
+        start = time.perf_counter()
+        for k in range(repeats):
+            operation(ranks[k % len(ranks)])
+        _sync(device)
+        comm.barrier(group)
+        per_round.append(max(comm.all_gather_object((time.perf_counter() - start) / repeats)))
+    return _median(per_round)
+
+
 def burst_seconds(
     comm: Comm,
     group: Any,
@@ -58,24 +86,14 @@ def burst_seconds(
     rounds: int = 3,
     device: torch.device = CPU,
 ) -> float:
-    """Seconds a broadcast of ``nbytes`` takes over ``group``: per round, the slowest rank's mean over
-    ``repeats`` back-to-back broadcasts; the median round (one scheduling hiccup must not decide).
+    """Seconds a broadcast of ``nbytes`` takes over ``group`` (:func:`_slowest_rank_seconds`).
     ``device``: where the payload lives (NCCL takes CUDA tensors only)."""
     buf = torch.zeros(nbytes // 2, dtype=torch.bfloat16, device=device)
-    comm.broadcast(buf, src=ranks[0], group=group, tag="probe")  # warm-up: connections, buffers
-    per_round = []
-    for _ in range(rounds):
-        # Barriers over the probed group only: a world barrier would add a trip over the fabric to
-        # every node-group measurement.
-        comm.barrier(group)
-        _sync(device)
-        start = time.perf_counter()
-        for k in range(repeats):
-            comm.broadcast(buf, src=ranks[k % len(ranks)], group=group, tag="probe")
-        _sync(device)
-        comm.barrier(group)
-        per_round.append(max(comm.all_gather_object((time.perf_counter() - start) / repeats)))
-    return _median(per_round)
+
+    def broadcast(source: int) -> None:
+        comm.broadcast(buf, src=source, group=group, tag="probe")
+
+    return _slowest_rank_seconds(comm, group, ranks, broadcast, repeats, rounds, device)
 
 
 def gather_scatter_seconds(
@@ -89,8 +107,7 @@ def gather_scatter_seconds(
     device: torch.device = CPU,
 ) -> float:
     """Seconds a fully_sharded pair takes over ``group``: a gather of ``shard_rows x cols`` fp32 shards
-    to a root and a scatter of BF16 shards back, roots rotating as owners do; timed as
-    :func:`burst_seconds` times broadcasts."""
+    to a root and a scatter of BF16 shards back (:func:`_slowest_rank_seconds`)."""
     shard = torch.zeros(shard_rows, cols, device=device)
     back = torch.empty(shard_rows, cols, dtype=torch.bfloat16, device=device)
     pieces = [torch.zeros(shard_rows, cols, dtype=torch.bfloat16, device=device) for _ in ranks]
@@ -99,18 +116,7 @@ def gather_scatter_seconds(
         comm.gather(shard, dst=root, group=group, tag="probe")
         comm.scatter(back, pieces if comm.rank == root else None, src=root, group=group, tag="probe")
 
-    pair(ranks[0])  # warm-up
-    per_round = []
-    for _ in range(rounds):
-        comm.barrier(group)
-        _sync(device)
-        start = time.perf_counter()
-        for k in range(repeats):
-            pair(ranks[k % len(ranks)])
-        _sync(device)
-        comm.barrier(group)
-        per_round.append(max(comm.all_gather_object((time.perf_counter() - start) / repeats)))
-    return _median(per_round)
+    return _slowest_rank_seconds(comm, group, ranks, pair, repeats, rounds, device)
 
 
 def shard_probe_cols(shapes: Sequence[Sequence[int]], members: int) -> tuple[int, int]:

@@ -70,18 +70,21 @@ class ByteLedger:
     def reset(self) -> None:
         self._by_tag.clear()
 
+    def _peers(self, root: int, group: Sequence[int], op: str) -> tuple[list[int], int]:
+        """The members other than ``root``, and how many of them share its node."""
+        if root not in group:
+            raise ValueError(f"{op} root rank {root} is not in its group {list(group)}")
+        home = self.topology.node_of(root)
+        others = [r for r in group if r != root]
+        return others, sum(1 for r in others if self.topology.node_of(r) == home)
+
     def broadcast(self, nbytes: int, src: int, group: Sequence[int], tag: str) -> None:
-        if src not in group:
-            raise ValueError(f"broadcast source rank {src} is not in its group {list(group)}")
-        topo = self.topology
-        home = topo.node_of(src)
-        receivers = [r for r in group if r != src]
-        same = sum(1 for r in receivers if topo.node_of(r) == home)
-        other_nodes = {topo.node_of(r) for r in receivers} - {home}
+        receivers, same = self._peers(src, group, "broadcast")
+        other_nodes = {self.topology.node_of(r) for r in receivers} - {self.topology.node_of(src)}
         entry = self._by_tag[tag]
         entry.intra += nbytes * same
         entry.inter += nbytes * (len(receivers) - same)
-        entry.ingress += nbytes * len(other_nodes)
+        entry.ingress += nbytes * len(other_nodes)  # one copy a node with a hierarchical broadcast
         entry.collectives += 1
 
     def gather(self, nbytes: int, root: int, group: Sequence[int], tag: str) -> None:
@@ -94,12 +97,7 @@ class ByteLedger:
 
     def _point_to_root(self, nbytes: int, root: int, group: Sequence[int], tag: str, op: str) -> None:
         # Gather and scatter move the same bytes over the same links, only in opposite directions.
-        if root not in group:
-            raise ValueError(f"{op} root rank {root} is not in its group {list(group)}")
-        topo = self.topology
-        home = topo.node_of(root)
-        others = [r for r in group if r != root]
-        same = sum(1 for r in others if topo.node_of(r) == home)
+        others, same = self._peers(root, group, op)
         entry = self._by_tag[tag]
         entry.intra += nbytes * same
         entry.inter += nbytes * (len(others) - same)
