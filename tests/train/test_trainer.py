@@ -13,6 +13,7 @@ from megahour.job_contract import COMPLETE_MARKER
 from megahour.train.checkpoint import CheckpointStore
 from megahour.train.selfcheck import train_worker
 from megahour.train.spawn import LocalWorldError, run_local_world
+from megahour.train.status import read_status
 from megahour.train.topology import Topology
 from megahour.train.trainer import FAIL_AT_STEP_ENV, TrainConfig
 
@@ -55,6 +56,12 @@ def test_killed_at_30_resumes_to_the_same_loss_and_parameters(tmp_path, uninterr
     assert json.loads(first[-1]) == {"event": "injected failure", "step": 30}
     result = json.loads((tmp_path / "killed" / "logs" / "result.json").read_text())
     assert result["digest"] == uninterrupted["digest"]
+    status = read_status(str(tmp_path / "killed"), tmp_path)  # `megahour train status` on real logs
+    assert [(a.attempt, a.step, a.ended) for a in status.attempts] == [
+        (0, 30, "injected failure"),
+        (1, 50, "end"),
+    ]
+    assert status.attempts[1].resumed_from == 30 and status.attempts[1].first_step == 31 and status.finished
 
 
 def test_a_half_written_checkpoint_is_skipped(tmp_path, uninterrupted) -> None:

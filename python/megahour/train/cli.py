@@ -24,6 +24,9 @@ DATA_PARALLEL = ("ddp", "fsdp", "hsdp")
 DEVICES = ("auto", "cpu", "cuda")
 # A cluster sets it for every training job through the runtime role's runtime_train_env.
 TEXTFILE_DIR_ENV = "MEGAHOUR_TRAIN_TEXTFILE_DIR"
+# Where the sbatch template puts each job's run directory (the runtime role's runtime_train_root).
+TRAIN_ROOT_ENV = "MEGAHOUR_TRAIN_ROOT"
+DEFAULT_TRAIN_ROOT = "/srv/megahour/train"
 
 # Shapes the selector can be asked about without building a model: the anchors' 8B example.
 _LLAMA8B = [
@@ -128,6 +131,20 @@ def register(subparsers: cliutil.Subparsers) -> None:
 
     p = cliutil.add_command(
         train,
+        "status",
+        _cmd_status,
+        help="where a training job stands, from its logs: attempts, step, loss, step time, data wait",
+        exits={0: "the job's logs were read", 1: FAILED},
+    )
+    p.add_argument("job", help="the Slurm job id the sbatch template ran, or its run directory")
+    p.add_argument(
+        "--root",
+        help=f"the training root (runtime_train_root); empty: ${TRAIN_ROOT_ENV}, else {DEFAULT_TRAIN_ROOT}",
+    )
+    cliutil.add_json_flag(p)
+
+    p = cliutil.add_command(
+        train,
         "selfcheck",
         _cmd_selfcheck,
         help="every strategy against torch.optim.Muon on local gloo worlds",
@@ -216,6 +233,37 @@ def _cmd_select(args: argparse.Namespace, console: Console) -> int:
         cliutil.print_json(choice.to_dict())
     else:
         console.print(f"{choice.strategy.value}: {choice.reason}", highlight=False)
+    return 0
+
+
+def _cmd_status(args: argparse.Namespace, console: Console) -> int:
+    from megahour.train.status import read_status
+
+    root = Path(args.root or os.environ.get(TRAIN_ROOT_ENV) or DEFAULT_TRAIN_ROOT)
+    status = read_status(args.job, root)
+    if args.json:
+        cliutil.print_json(status.to_dict())
+        return 0
+    state = "finished" if status.finished else "not finished"
+    console.print(
+        f"job {status.job} ({status.run_dir}): {len(status.attempts)} attempt(s), {state}", highlight=False
+    )
+    rows = []
+    for a in status.attempts:
+        rows.append(
+            [
+                str(a.attempt),
+                "-" if a.resumed_from is None else str(a.resumed_from),
+                "-" if a.step is None else str(a.step),
+                "-" if a.loss is None else f"{a.loss:.6f}",
+                "-" if a.step_seconds_mean is None else f"{a.step_seconds_mean * 1e3:.1f}",
+                "-" if a.data_wait_fraction is None else f"{100 * a.data_wait_fraction:.1f}%",
+                a.ended or ("torn log" if a.torn_lines else "running or killed"),
+            ]
+        )
+    console.print(
+        cliutil.table(["attempt", "resumed from", "step", "loss", "ms/step", "data wait", "ended"], rows)
+    )
     return 0
 
 
