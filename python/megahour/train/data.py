@@ -492,7 +492,10 @@ def batch_loader(
             num_workers=workers,
             persistent_workers=True,
             prefetch_factor=prefetch_factor,
-            multiprocessing_context=multiprocessing_context,
+            # Not fork: a rank forks its workers while its process group's threads (gloo, NCCL) run,
+            # and a child forked while one of them holds a lock can hang on it; CUDA is unusable in a
+            # forked child too. Workers come from a fork server started clean instead.
+            multiprocessing_context=multiprocessing_context or "forkserver",
         )
     loader = _StepLoader(
         _Guarded(dataset) if workers > 0 else dataset,
