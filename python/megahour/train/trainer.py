@@ -47,6 +47,7 @@ from megahour.atomicio import atomic_write_text
 from megahour.train import checkpoint
 from megahour.train.calibration import choose_strategy
 from megahour.train.comm import Comm
+from megahour.train.costmodel import DDP_CANDIDATES
 from megahour.train.device import Runtime, init_runtime, mfu, peak_flops
 from megahour.train.metrics import RunMetrics, StepRecord
 from megahour.train.model import HEADS, ModelConfig, WorldActionModel, preset
@@ -145,9 +146,9 @@ def _dataset(config: TrainConfig, rank: int, world: int) -> Any:
 
 
 def _candidates(mode: DataParallel) -> tuple[Strategy, ...]:
-    if mode.sharded:
-        return (Strategy.FULLY_SHARDED,)
-    return (Strategy.REPLICATED, Strategy.WORLD, Strategy.PER_NODE)
+    """What the data-parallel mode can run: the cost model's DDP set (its order breaks ties, world
+    first, as docs/training.md says), or fully sharded Muon on FSDP2's parameters."""
+    return (Strategy.FULLY_SHARDED,) if mode.sharded else DDP_CANDIDATES
 
 
 def _batches(loader: Any, device: torch.device) -> Iterator[tuple[dict[str, torch.Tensor], float]]:
