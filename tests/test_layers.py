@@ -28,11 +28,11 @@ ALLOWED: dict[str, set[str]] = {
     "episodes": {"atomicio"},
     "health": {"atomicio", "metrics", "slurm"},
     "sweep": {"atomicio", "metrics", "slurm"},
-    "run": {"atomicio", "job_contract"},
+    "run": {"atomicio", "job_contract", "slurm"},
     "curation": {"atomicio", "episodes"},
     "delivery": {"atomicio", "curation", "episodes"},
     "ingest": {"atomicio", "curation", "episodes", "slurm"},
-    "train": {"atomicio", "job_contract", "curation", "delivery", "episodes", "metrics"},
+    "train": {"atomicio", "job_contract", "curation", "delivery", "episodes", "metrics", "slurm"},
 }
 
 

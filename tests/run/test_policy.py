@@ -24,7 +24,8 @@ KILLED = -9
 
 def test_default_contract_matches_slurm_conf_requeue_exit():
     assert (CONTRACT.requeue_exit, CONTRACT.app_error_exit) == (85, 86)
-    assert {137, 143, 134, 139, -9, -15, -6, -11} == DEFAULT_TRANSIENT_EXIT_CODES
+    # the four signals' statuses both ways, and a rank that lost its peer (job_contract.PEER_LOST_EXIT)
+    assert {137, 143, 134, 139, -9, -15, -6, -11, 75} == DEFAULT_TRANSIENT_EXIT_CODES
 
 
 @pytest.mark.parametrize(
@@ -224,3 +225,30 @@ def test_next_attempt_index_is_never_taken(existing):
     }
     assert index not in taken
     assert all(index > t for t in taken)
+
+
+def test_a_rank_that_lost_its_peer_is_transient() -> None:
+    from megahour.job_contract import PEER_LOST_EXIT
+    from megahour.run.policy import ExitContract, RetryBudget, classify
+
+    assert classify(PEER_LOST_EXIT, ExitContract()) == "transient"
+    decision = RetryBudget(3).decide(BudgetState(), PEER_LOST_EXIT, checkpoint_advanced=False)
+    assert decision.action == "restart"
+
+
+def test_an_unfit_allocation_turns_a_restart_into_a_requeue() -> None:
+    from megahour.run.policy import RetryBudget
+
+    budget = RetryBudget(3)
+    restart = budget.decide(BudgetState(restarts_used=1), 137, checkpoint_advanced=False)
+    assert (restart.action, restart.restarts_used) == ("restart", 2)
+    requeue = budget.requeue_instead(restart, "node gpu-2 is drng (megahour:xid_reset_gpu)")
+    assert (requeue.action, requeue.exit_code, requeue.restarts_used) == ("requeue", 85, 1)
+    assert requeue.reason.startswith("node gpu-2 is drng (megahour:xid_reset_gpu); not restarting in place")
+    # only a restart is turned: success, application errors and requeues stay what they are
+    for other in (
+        budget.decide(BudgetState(), 0, checkpoint_advanced=False),
+        budget.decide(BudgetState(), 3, checkpoint_advanced=False),
+        budget.decide(BudgetState(restarts_used=3), 137, checkpoint_advanced=False),
+    ):
+        assert budget.requeue_instead(other, "unfit") is other

@@ -224,3 +224,34 @@ def test_stop_signals_are_forwarded_and_never_restart(tmp_path, env, signum, exp
     assert (only["returncode"], only["signal"]) == (0, signal.Signals(signum).name)
     assert only["decision"]["action"] == expected_action
     assert f"megahour run: {expected_action}:" in stderr
+
+
+def test_each_attempt_is_told_its_restart_and_an_unfit_allocation_requeues(tmp_path, env):
+    """Killed twice: the first restart is in place; before the second, the allocation is unfit (a node
+    was drained), so the job is handed back to Slurm instead."""
+    seen = tmp_path / "seen"
+    step = _py(
+        """
+        import os, pathlib, sys
+        with open(sys.argv[1], "a") as f:
+            f.write(os.environ["MEGAHOUR_RUN_RESTART"] + "\\n")
+        os.kill(os.getpid(), 9)
+        """,
+        str(seen),
+    )
+    answers = iter([None, "node gpu-2 is drng (megahour:xid_reset_gpu)"])
+    code, _, logs = _run(tmp_path, env, step, max_restarts=5, allocation_check=lambda: next(answers))
+    assert code == 85
+    assert seen.read_text().split() == ["0", "1"]
+    attempts = _attempts(tmp_path / "traces")
+    assert [a["decision"]["action"] for a in attempts] == ["restart", "requeue"]
+    assert "gpu-2 is drng" in attempts[1]["decision"]["reason"]
+    assert logs[-1].startswith("requeue: node gpu-2 is drng")
+
+
+def test_a_clean_exit_never_asks_about_the_allocation(tmp_path, env):
+    def unreachable():  # pragma: no cover - must not be called
+        raise AssertionError("asked about the allocation without a restart to decide")
+
+    code, _, _ = _run(tmp_path, env, _py("pass"), allocation_check=unreachable)
+    assert code == 0

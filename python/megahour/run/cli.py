@@ -29,8 +29,9 @@ def register(subparsers: cliutil.Subparsers) -> None:
         exits={
             0: "the step succeeded",
             2: "usage error: a bad option, or no command after --; nothing ran",
-            contract.requeue_exit: "(--requeue-exit) transient failures past the restart budget, or SIGTERM: "
-            "Slurm requeues the job (slurm.conf RequeueExit)",
+            contract.requeue_exit: "(--requeue-exit) transient failures past the restart budget, a transient "
+            "failure on an unfit allocation (--requeue-if-unfit), or SIGTERM: Slurm requeues the job "
+            "(slurm.conf RequeueExit)",
             contract.app_error_exit: "(--app-error-exit) the step failed with an application error "
             "(including a command that cannot start): no restart, no requeue",
             INTERRUPTED_EXIT: "interrupted (SIGINT, Ctrl-C): stopped, no requeue",
@@ -64,6 +65,13 @@ def register(subparsers: cliutil.Subparsers) -> None:
         default=contract.app_error_exit,
         help="exit code for application errors; must not be in RequeueExit",
     )
+    p.add_argument(
+        "--requeue-if-unfit",
+        action="store_true",
+        help="before each restart in place, read the job's nodes from Slurm; when one is drained, down "
+        "or not responding, exit for requeue instead (so Slurm restarts the job on healthy nodes); "
+        "an unreadable node state counts as unfit",
+    )
     # Named step_argv, not command: the top-level parser already stores the subcommand there.
     p.add_argument(
         "step_argv",
@@ -79,7 +87,7 @@ def step_command(argv: list[str]) -> tuple[str, ...]:
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
-    from megahour.run import runner
+    from megahour.run import allocation, runner
     from megahour.run.policy import ExitContract, RetryBudget
     from megahour.run.progress import resolve_checkpoint_dir
     from megahour.run.traces import resolve_trace_root
@@ -100,5 +108,6 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         checkpoint_dir=resolve_checkpoint_dir(args.checkpoint_dir, os.environ),
         max_restarts=args.max_restarts,
         contract=contract,
+        allocation_check=(lambda: allocation.check(os.environ)) if args.requeue_if_unfit else None,
     )
     return runner.run(config)

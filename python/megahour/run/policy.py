@@ -10,6 +10,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
+from megahour.job_contract import PEER_LOST_EXIT
+
 Classification = Literal["success", "transient", "app_error"]
 Action = Literal["exit_success", "restart", "requeue", "app_error", "interrupted"]
 
@@ -20,9 +22,11 @@ Action = Literal["exit_success", "restart", "requeue", "app_error", "interrupted
 #   SIGABRT (6):  NCCL's watchdog aborting a hung collective (a peer or the fabric failed).
 #   SIGSEGV (11): driver/NCCL/Xid faults after a GPU or link error surface as segfaults.
 # A shell reports a signal-killed child as 128+N; Python's subprocess reports it as -N.
+# PEER_LOST_EXIT: a rank whose collective failed because another rank died (job_contract); the peer's
+# death is the failure, and the step restarts as a whole.
 _TRANSIENT_SIGNALS = (signal.SIGKILL, signal.SIGTERM, signal.SIGABRT, signal.SIGSEGV)
 DEFAULT_TRANSIENT_EXIT_CODES: frozenset[int] = frozenset(
-    {128 + int(s) for s in _TRANSIENT_SIGNALS} | {-int(s) for s in _TRANSIENT_SIGNALS}
+    {128 + int(s) for s in _TRANSIENT_SIGNALS} | {-int(s) for s in _TRANSIENT_SIGNALS} | {PEER_LOST_EXIT}
 )
 
 # The conventional status of a process stopped by Ctrl-C; never listed in RequeueExit.
@@ -120,6 +124,18 @@ class RetryBudget:
             used,
             f"transient exit status {returncode} after {used}/{self.max_restarts} restarts without a "
             f"new checkpoint; exiting {self.contract.requeue_exit} so Slurm requeues the job{note}",
+        )
+
+    def requeue_instead(self, decision: Decision, why: str) -> Decision:
+        """A restart in place turned into a requeue: the allocation itself is unfit (a drained node)."""
+        if decision.action != "restart":
+            return decision
+        return Decision(
+            "requeue",
+            self.contract.requeue_exit,
+            decision.restarts_used - 1,
+            f"{why}; not restarting in place, exiting {self.contract.requeue_exit} so Slurm requeues "
+            "the job onto healthy nodes",
         )
 
     def on_signal(self, state: BudgetState, signum: int, returncode: int | None) -> Decision:

@@ -20,6 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import BinaryIO
 
+from megahour.job_contract import RUN_RESTART_ENV
 from megahour.run.logtail import LogTail
 from megahour.run.policy import (
     BudgetState,
@@ -54,6 +55,9 @@ class RunConfig:
     max_restarts: int = 3
     contract: ExitContract = field(default_factory=ExitContract)
     tail_lines: int = TAIL_LINES
+    # Asked before every restart in place: a reason the allocation is unfit (a drained node), or None.
+    # A reason turns the restart into a requeue, so the step never restarts onto a failing node.
+    allocation_check: Callable[[], str | None] | None = None
 
 
 @dataclass
@@ -120,6 +124,7 @@ def run(
                 log(f"{decision.action}: {decision.reason}")
                 return decision.exit_code
             started = _now()
+            env[RUN_RESTART_ENV] = str(local_restart)
             returncode, tail = _run_once(config.command, env, sink, config.tail_lines, signals)
             ended = _now()
             current = latest_checkpoint(config.checkpoint_dir)
@@ -130,6 +135,10 @@ def run(
                 decision = budget.decide(
                     state, returncode, checkpoint_advanced(state.last_checkpoint, current)
                 )
+                if decision.action == "restart" and config.allocation_check is not None:
+                    unfit = config.allocation_check()
+                    if unfit is not None:
+                        decision = budget.requeue_instead(decision, unfit)
             record = AttemptRecord(
                 job_id=job_dir.name,
                 command=config.command,

@@ -17,6 +17,8 @@ from typing import Any
 
 from megahour.slurm.jobs import (
     LiveJob,
+    check_sbatch_args,
+    parse_sbatch_job_id,
     parse_squeue_jobs,
     scancel_args,
     squeue_by_name_args,
@@ -121,11 +123,22 @@ class SlurmClient:
     def running_jobs(self) -> Parsed[RunningJob]:
         return parse_squeue_running(self._run(SQUEUE_RUNNING_ARGS))
 
+    def hostnames(self, nodelist: str) -> list[str]:
+        """A hostlist expression (``gpu-[1-2]``) expanded by ``scontrol show hostnames``."""
+        if not nodelist.strip():
+            raise ValueError("empty node list: pass a hostlist expression such as gpu-[1-2]")
+        return self._run(["scontrol", "show", "hostnames", nodelist]).split()
+
     def live_jobs(self, name: str) -> list[LiveJob]:
         """The jobs named ``name`` that are live (``jobs.ATTACHABLE_STATES``), oldest first."""
         return parse_squeue_jobs(self._run(squeue_by_name_args(name)))
 
     # Changes -----------------------------------------------------------------
+
+    def submit(self, argv: Sequence[str]) -> str:
+        """Run a prepared ``sbatch --parsable`` call; return the job id it printed."""
+        check_sbatch_args(argv)
+        return parse_sbatch_job_id(self._run(argv))
 
     def cancel(self, job_id: str | None = None, *, name: str | None = None) -> None:
         """``scancel`` one job by id, or every job named ``name``."""
