@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megahour import cliutil
-from megahour.job_contract import CHECKPOINT_DIR_ENV
+from megahour.job_contract import CHECKPOINT_DIR_ENV, PEER_LOST_EXIT
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -49,9 +49,10 @@ NEEDS_TORCH = (
 
 
 def errors() -> tuple[type[BaseException], ...]:
+    from megahour.slurm.client import SlurmQueryError
     from megahour.train.topology import TopologyError
 
-    return (TopologyError, ValueError)
+    return (TopologyError, ValueError, SlurmQueryError)
 
 
 def require_torch() -> None:
@@ -71,8 +72,80 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "run",
         _cmd_run,
         help="train the world-action model (one process per rank; use torchrun)",
-        exits={0: "trained every step", 1: FAILED},
+        exits={
+            0: "trained every step",
+            1: FAILED,
+            PEER_LOST_EXIT: "another rank died (a collective or the store lost its peer): restart the step",
+        },
     )
+    add_run_arguments(p)
+    cliutil.add_json_flag(p, help="print the result as JSON (rank 0)")
+
+    p = cliutil.add_command(
+        train,
+        "select",
+        _cmd_select,
+        help="which Muon strategy the cost model picks for a layout",
+        exits={0: "chosen", 1: FAILED},
+    )
+    p.add_argument("--nodes", type=int, required=True, help="nodes in the job")
+    p.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
+    p.add_argument("--shapes", choices=["model", "llama8b"], default="model", help="the Muon matrices")
+    p.add_argument("--links", help="a LinkModel as JSON (keys of `megahour train select --json`)")
+    cliutil.add_json_flag(p)
+
+    p = cliutil.add_command(
+        train,
+        "submit",
+        _cmd_submit,
+        help="render a job file into the training template's sbatch call and submit it",
+        exits={
+            0: "submitted (or, with --dry-run, rendered)",
+            1: "a bad job file or sbatch refused it: " + FAILED,
+        },
+    )
+    p.add_argument(
+        "job_file", metavar="JOB.yml", help="the job: nodes, manifest, train options (docs/training.md)"
+    )
+    p.add_argument(
+        "--template",
+        help="the sbatch template the runtime role installed; empty: the runtime role's "
+        "/opt/megahour/share/megahour-train.sbatch",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the sbatch call instead of running it")
+    cliutil.add_json_flag(p)
+
+    p = cliutil.add_command(
+        train,
+        "status",
+        _cmd_status,
+        help="where a training job stands, from its logs: attempts, step, loss, step time, data wait",
+        exits={0: "the job's logs were read", 1: FAILED},
+    )
+    p.add_argument("job", help="the Slurm job id the sbatch template ran, or its run directory")
+    p.add_argument(
+        "--root",
+        help=f"the training root (runtime_train_root); empty: ${TRAIN_ROOT_ENV}, else {DEFAULT_TRAIN_ROOT}",
+    )
+    cliutil.add_json_flag(p)
+
+    p = cliutil.add_command(
+        train,
+        "selfcheck",
+        _cmd_selfcheck,
+        help="every strategy against torch.optim.Muon on local gloo worlds",
+        exits={
+            0: "every strategy is bit-exact, with identical replicas and the modelled bytes",
+            1: "a mismatch, or " + FAILED,
+        },
+    )
+    p.add_argument("--layouts", default="1x1,1x4,2x2,2x4,4x2", help="NODESxGPUS, comma-separated")
+    p.add_argument("--steps", type=int, default=3, help="optimizer steps per layout")
+    cliutil.add_json_flag(p)
+
+
+def add_run_arguments(p: argparse.ArgumentParser) -> None:
+    """`train run`'s options (without --json); `train submit` checks a job file's `train:` against them."""
     p.add_argument("--steps", type=int, default=50, help="optimizer steps to train in all (resumes count)")
     p.add_argument("--batch-size", type=int, default=8, help="samples per rank per step")
     p.add_argument("--seed", type=int, default=0, help="fixes the initial weights and the data order")
@@ -114,52 +187,11 @@ def register(subparsers: cliutil.Subparsers) -> None:
     )
     p.add_argument("--job", default="", help="the job label of the textfile metrics; empty: $SLURM_JOB_ID")
     p.add_argument("--no-deterministic", action="store_true", help="allow nondeterministic kernels, threads")
-    cliutil.add_json_flag(p, help="print the result as JSON (rank 0)")
-
-    p = cliutil.add_command(
-        train,
-        "select",
-        _cmd_select,
-        help="which Muon strategy the cost model picks for a layout",
-        exits={0: "chosen", 1: FAILED},
-    )
-    p.add_argument("--nodes", type=int, required=True, help="nodes in the job")
-    p.add_argument("--gpus-per-node", type=int, required=True, help="ranks per node")
-    p.add_argument("--shapes", choices=["model", "llama8b"], default="model", help="the Muon matrices")
-    p.add_argument("--links", help="a LinkModel as JSON (keys of `megahour train select --json`)")
-    cliutil.add_json_flag(p)
-
-    p = cliutil.add_command(
-        train,
-        "status",
-        _cmd_status,
-        help="where a training job stands, from its logs: attempts, step, loss, step time, data wait",
-        exits={0: "the job's logs were read", 1: FAILED},
-    )
-    p.add_argument("job", help="the Slurm job id the sbatch template ran, or its run directory")
-    p.add_argument(
-        "--root",
-        help=f"the training root (runtime_train_root); empty: ${TRAIN_ROOT_ENV}, else {DEFAULT_TRAIN_ROOT}",
-    )
-    cliutil.add_json_flag(p)
-
-    p = cliutil.add_command(
-        train,
-        "selfcheck",
-        _cmd_selfcheck,
-        help="every strategy against torch.optim.Muon on local gloo worlds",
-        exits={
-            0: "every strategy is bit-exact, with identical replicas and the modelled bytes",
-            1: "a mismatch, or " + FAILED,
-        },
-    )
-    p.add_argument("--layouts", default="1x1,1x4,2x2,2x4,4x2", help="NODESxGPUS, comma-separated")
-    p.add_argument("--steps", type=int, default=3, help="optimizer steps per layout")
-    cliutil.add_json_flag(p)
 
 
 def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     require_torch()
+    from megahour.train.failures import is_peer_lost
     from megahour.train.model import preset
     from megahour.train.trainer import TrainConfig, train
 
@@ -186,7 +218,20 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
         deterministic=not args.no_deterministic,
         model=preset(args.preset),
     )
-    result = train(config)
+    try:
+        result = train(config)
+    except Exception as exc:
+        if not is_peer_lost(exc):
+            raise
+        # One line, not a traceback per rank: the rank that died has the story.
+        first_line = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+        print(
+            f"megahour train run: rank {os.environ.get('RANK', '0')} lost a peer ({first_line}); "
+            f"exiting {PEER_LOST_EXIT} so the step restarts",
+            file=sys.stderr,
+            flush=True,
+        )
+        return PEER_LOST_EXIT
     if os.environ.get("RANK", "0") == "0":
         if args.json:
             cliutil.print_json(result.to_dict())
@@ -236,6 +281,40 @@ def _cmd_select(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _cmd_submit(args: argparse.Namespace, console: Console) -> int:
+    import shlex
+
+    import yaml
+
+    from megahour.slurm.client import SlurmClient
+    from megahour.train.submit import DEFAULT_TEMPLATE, parse_job, sbatch_argv, train_argv
+
+    source = args.job_file
+    try:
+        data = yaml.safe_load(Path(source).read_text())
+    except OSError as exc:
+        raise cliutil.CommandError(f"cannot read the job file {source}: {exc.strerror or exc}") from None
+    except yaml.YAMLError as exc:
+        raise cliutil.CommandError(f"{source} is not YAML: {str(exc).splitlines()[0]}") from None
+    job = parse_job(data, source)
+    template = Path(args.template) if args.template else DEFAULT_TEMPLATE
+    if not args.dry_run and not template.is_file():
+        raise cliutil.CommandError(
+            f"no training template at {template}: deploy the runtime role here, or pass --template"
+        )
+    run_parser = argparse.ArgumentParser(prog="megahour train run", add_help=False)
+    add_run_arguments(run_parser)
+    argv = sbatch_argv(job, template, train_argv(job.train, run_parser, source))
+    job_id = None if args.dry_run else SlurmClient(timeout=60).submit(argv)
+    if args.json:
+        cliutil.print_json({"job_id": job_id, "argv": argv})
+    elif job_id is None:
+        print(shlex.join(argv))
+    else:
+        console.print(f"submitted job {job_id}: megahour train status {job_id}", highlight=False)
+    return 0
+
+
 def _cmd_status(args: argparse.Namespace, console: Console) -> int:
     from megahour.train.status import read_status
 
@@ -264,6 +343,19 @@ def _cmd_status(args: argparse.Namespace, console: Console) -> int:
     console.print(
         cliutil.table(["attempt", "resumed from", "step", "loss", "ms/step", "data wait", "ended"], rows)
     )
+    reads = status.reads
+    if reads is not None:
+        verdict = (
+            "every step once"
+            if reads.complete
+            else f"{reads.missing_steps} step(s) missing, {reads.duplicate_items} item(s) trained twice"
+        )
+        console.print(
+            f"reads: {reads.samples} samples over {reads.steps} steps on {reads.ranks} rank(s), {verdict}; "
+            f"{reads.fallbacks} of {reads.pieces} pieces from the under-store past a down cache worker; "
+            f"digest {reads.digest[:16]}",
+            highlight=False,
+        )
     return 0
 
 
