@@ -8,7 +8,7 @@ import pytest
 
 from megahour.cli import main
 from megahour.train.metrics import RunMetrics, StepRecord
-from megahour.train.status import StatusError, read_status, summarize_attempt
+from megahour.train.status import StatusError, read_status, summarize_attempt, summarize_reads
 
 
 def _attempt(logs, steps, resumed_from, ending) -> None:
@@ -66,3 +66,44 @@ def test_an_unknown_job_is_one_line_naming_the_fix(tmp_path, capsys) -> None:
     assert main(["train", "status", "999", "--root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "no training job 999" in err and "--root runtime_train_root" in err
+
+
+def _ledger(lines: list[tuple[int, list[list[int]], int]]) -> list[str]:
+    return [
+        json.dumps({"step": s, "items": items, "pieces": 2, "fallbacks": f, "under_store_bytes": 10 * f})
+        for s, items, f in lines
+    ]
+
+
+def test_reads_keep_the_last_line_of_each_step_and_compare_by_digest() -> None:
+    straight = summarize_reads({0: _ledger([(1, [[0, 0]], 0), (2, [[0, 2]], 0), (3, [[1, 2]], 0)])})
+    # killed after step 2 with its checkpoint at 1: step 2 is read again, by the resumed attempt
+    resumed = summarize_reads(
+        {0: _ledger([(1, [[0, 0]], 0), (2, [[0, 2]], 0), (2, [[0, 2]], 1), (3, [[1, 2]], 1)])}
+    )
+    assert resumed.complete and resumed.steps == 3 and resumed.samples == 3
+    assert resumed.digest == straight.digest
+    assert (resumed.lines, straight.lines) == (4, 3)
+    assert (resumed.fallbacks, resumed.pieces, resumed.under_store_bytes) == (2, 8, 20)
+
+
+def test_a_lost_step_or_a_sample_trained_twice_is_reported() -> None:
+    lost = summarize_reads(
+        {
+            0: _ledger([(1, [[0, 0]], 0), (3, [[0, 1]], 0)]),
+            1: _ledger([(1, [[0, 5]], 0), (2, [[0, 6]], 0), (3, [[0, 7]], 0)]),
+        }
+    )
+    assert (lost.steps, lost.missing_steps, lost.complete) == (3, 1, False)
+    twice = summarize_reads({0: _ledger([(1, [[0, 0]], 0), (2, [[0, 0]], 0)])})
+    assert (twice.duplicate_items, twice.complete) == (1, False)
+    # another epoch's read of the same row is a new sample
+    assert summarize_reads({0: _ledger([(1, [[0, 0]], 0), (2, [[1, 0]], 0)])}).complete
+
+
+def test_a_torn_ledger_line_is_skipped_only_at_the_end() -> None:
+    lines = _ledger([(1, [[0, 0]], 0), (2, [[0, 1]], 0)])
+    torn = summarize_reads({0: [*lines, '{"step": 3, "ite']})
+    assert (torn.steps, torn.torn_lines) == (2, 1)
+    with pytest.raises(StatusError, match=r"rank-0\.jsonl: line 1 is not JSON"):
+        summarize_reads({0: ["{not json", *lines]})

@@ -51,7 +51,7 @@ def test_killed_at_30_resumes_to_the_same_loss_and_parameters(tmp_path, uninterr
     assert resumed["final_loss"] == uninterrupted["final_loss"]
     assert resumed["digest"] == uninterrupted["digest"]
     logs = sorted(p.name for p in (tmp_path / "killed" / "logs").iterdir())
-    assert logs == ["attempt-0", "attempt-1", "result.json"]
+    assert logs == ["attempt-0", "attempt-1", "reads", "result.json"]
     first = (tmp_path / "killed" / "logs" / "attempt-0" / "metrics.jsonl").read_text().splitlines()
     assert json.loads(first[-1]) == {"event": "injected failure", "step": 30}
     result = json.loads((tmp_path / "killed" / "logs" / "result.json").read_text())
@@ -62,6 +62,11 @@ def test_killed_at_30_resumes_to_the_same_loss_and_parameters(tmp_path, uninterr
         (1, 50, "end"),
     ]
     assert status.attempts[1].resumed_from == 30 and status.attempts[1].first_step == 31 and status.finished
+    # Started once more (a rank killed after its last step, before it exited): nothing left to train,
+    # and the result it writes again keeps the final loss its last checkpoint saw.
+    again = run_local_world(TOPOLOGY, train_worker, config=config)[0]
+    assert (again["resumed_from"], again["final_loss"]) == (50, uninterrupted["final_loss"])
+    assert again["digest"] == uninterrupted["digest"]
 
 
 def test_a_half_written_checkpoint_is_skipped(tmp_path, uninterrupted) -> None:
@@ -77,6 +82,15 @@ def test_a_half_written_checkpoint_is_skipped(tmp_path, uninterrupted) -> None:
     assert resumed["resumed_from"] == 30
     assert resumed["digest"] == uninterrupted["digest"]
     assert (torn / COMPLETE_MARKER).is_file()
+    # Steps 31-35 were trained twice, once by the killed attempt: the read ledgers say so, and that the
+    # parameters saw every sample of the uninterrupted run once.
+    reads = read_status(str(tmp_path / "torn"), tmp_path).reads
+    straight = read_status(str(uninterrupted["log_dir"].parent), tmp_path).reads
+    assert reads is not None and straight is not None
+    assert reads.complete and reads.steps == 50 and reads.ranks == TOPOLOGY.world_size
+    assert reads.samples == straight.samples == 50 * 4 * TOPOLOGY.world_size
+    assert reads.digest == straight.digest
+    assert reads.lines == TOPOLOGY.world_size * (35 + 20) and straight.lines == TOPOLOGY.world_size * 50
 
 
 def test_resume_under_another_strategy_is_still_exact(tmp_path, uninterrupted) -> None:

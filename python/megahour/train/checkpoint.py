@@ -150,6 +150,14 @@ def load_latest(
     return load(CheckpointRef(step, store.path_for(step)), model, adamw, muon)
 
 
+def saved_meta(store: CheckpointStore, step: int) -> dict[str, Any]:
+    """What ``save`` recorded beside a complete checkpoint (its marker's fields); {} when unreadable."""
+    try:
+        return json.loads((store.path_for(step) / COMPLETE_MARKER).read_text())
+    except (OSError, ValueError):
+        return {}
+
+
 def load(ref: CheckpointRef, model: nn.Module, adamw: torch.optim.Optimizer, muon: ShardedMuon) -> int:
     """Load ``ref`` into the model and optimizers in place; returns the step to continue from."""
     state = _state(model, adamw, muon, 0)

@@ -14,6 +14,11 @@ here. Without a cache tier (``cache_config=None``) the same loader reads each ep
 ``StepBatchSampler``: with ``workers`` the reads and the video decode run in worker processes, ahead of
 the step that needs them, and batches still arrive in step order.
 
+Besides the model's inputs (``MODEL_KEYS``) every sample carries its ledger (``LEDGER_KEYS``): ``item``, its
+(epoch, row), and ``delivery``, what reading it cost (``DELIVERY_FIELDS``: pieces, pieces the under-store
+served because their owner was down, under-store bytes), counted in the process that read it, so the
+figures reach the trainer whether a worker or the rank itself did the read.
+
 ``SyntheticDataset`` is the same contract with generated moving-blob clips (tests, the emulation, the
 benchmark).
 
@@ -56,6 +61,10 @@ class ModelShape(Protocol):
 
 
 Item = tuple[int, int]  # (epoch, global manifest row)
+MODEL_KEYS = ("frames", "future_frames", "proprio", "past_actions", "actions")
+LEDGER_KEYS = ("item", "delivery")
+DELIVERY_FIELDS = ("pieces", "fallbacks", "under_store_bytes")
+_NO_DELIVERY = np.zeros(len(DELIVERY_FIELDS), dtype=np.int64)
 
 
 def _item(item: object, dataset: str) -> tuple[int, int]:
@@ -167,6 +176,8 @@ class SyntheticDataset(Dataset):
             "proprio": proprio,
             "past_actions": past,
             "actions": future,
+            "item": np.array(_item(item, "SyntheticDataset"), dtype=np.int64),
+            "delivery": _NO_DELIVERY.copy(),
         }
 
 
@@ -401,11 +412,19 @@ class ManifestDataset(Dataset):
         opened = self._open()
         ref = self.refs([row], opened)[0]
         where = f"manifest row {row} ({ref.episode_id}, {ref.key}): "
+        stats = opened.client.stats
+        before = (stats.pieces, stats.fallbacks, stats.under_store_bytes)
         try:
             delivered = opened.loader.deliver(ref, epoch)
         except (EpisodeError, DeliveryError, CurationError) as exc:
             raise DataError(f"{where}{exc}") from None
-        return self._inputs(delivered.sample, where)
+        inputs = self._inputs(delivered.sample, where)
+        # One sample at a time per process (the rank, or each DataLoader worker), so the difference is
+        # this sample's own cost, retries included.
+        after = (stats.pieces, stats.fallbacks, stats.under_store_bytes)
+        inputs["item"] = np.array([epoch, row], dtype=np.int64)
+        inputs["delivery"] = np.array([a - b for a, b in zip(after, before, strict=True)], dtype=np.int64)
+        return inputs
 
     def _inputs(self, sample: Any, where: str) -> dict[str, np.ndarray]:
         c = self.config

@@ -14,6 +14,12 @@ common scrape interval), and on ``close``. Each write fsyncs a file and its dire
 model's tens of milliseconds a step, writing every step would spend a noticeable share of the step on
 disk syncs that no scrape ever reads.
 
+Every rank also keeps a read ledger (``ReadLedger``): ``<log_dir>/reads/rank-<r>.jsonl``, one line a step
+with the (epoch, row) items the rank trained on and what reading them cost (``train.data``'s
+``DELIVERY_FIELDS``), appended across every attempt of the job. The last line for a step is the one the
+final parameters saw (a resumed attempt trains the steps after its checkpoint again), so
+``status.summarize_reads`` can tell whether any sample was lost or trained twice.
+
 The job is labelled ``train_job``, not ``job``: Prometheus sets ``job`` on every scraped series itself
 (node_exporter's scrape job), so a textfile's ``job`` label would arrive renamed to ``exported_job``.
 """
@@ -149,3 +155,27 @@ class RunMetrics:
             return
         textfile.write(self.textfile_dir, textfile_name(self.job), families(self._pending, self.job, now))
         self._pending, self._written_at = None, now
+
+
+class ReadLedger:
+    """One rank's ``reads/rank-<r>.jsonl``: the items of each step and what reading them cost."""
+
+    def __init__(self, log_dir: Path | None, rank: int) -> None:
+        self._handle: TextIO | None = None
+        if log_dir is None:
+            return
+        directory = log_dir / "reads"
+        directory.mkdir(parents=True, exist_ok=True)
+        # line-buffered append, like metrics.jsonl: a killed rank leaves whole lines, and each attempt
+        # adds after the ones before it
+        self._handle = (directory / f"rank-{rank}.jsonl").open("a", buffering=1)
+        self.rank = rank
+
+    def step(self, step: int, items: list[list[int]], delivery: dict[str, int]) -> None:
+        if self._handle is not None:
+            self._handle.write(json.dumps({"step": step, "items": items, **delivery}, sort_keys=True) + "\n")
+
+    def close(self) -> None:
+        if self._handle is not None:
+            self._handle.close()
+            self._handle = None

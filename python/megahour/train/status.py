@@ -5,12 +5,19 @@ A job's run directory (the sbatch template's ``<runtime_train_root>/<job id>``) 
 once the job finished, ``logs/result.json``. :func:`summarize_attempt` is pure (the lines of one log);
 :func:`read_status` reads the directory. Reading needs no torch.
 
+``logs/reads/rank-<r>.jsonl`` (every rank's read ledger, ``metrics.ReadLedger``) gives the ``reads``
+summary: what the final parameters were trained on, step by step and rank by rank (the last line for a
+step wins, since a resumed attempt trains the steps after its checkpoint again), whether any step is
+missing or any (epoch, row) item was trained twice, a digest two runs of one job can be compared by, and
+what the reads cost (pieces served by the under-store because their owner was down).
+
 A job killed mid-write leaves a torn last line: it is skipped and counted (``torn_lines``), never
 guessed at. A torn line anywhere else means the log was damaged, and is refused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from collections.abc import Iterable
@@ -19,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 _ATTEMPT = re.compile(r"attempt-([0-9]+)")
-ENDINGS = ("end", "injected failure", "holding")
+_RANK_LEDGER = re.compile(r"rank-([0-9]+)\.jsonl")
+ENDINGS = ("end", "injected failure")
 
 
 class StatusError(ValueError):
@@ -38,7 +46,7 @@ class AttemptStatus:
     data_wait_fraction: float | None = None  # over its steps: waiting time / step time
     samples_per_second: float | None = None  # over its steps
     mfu: float | None = None  # of its last step, where known
-    ended: str | None = None  # "end", "injected failure", "holding"; None: still running, or killed
+    ended: str | None = None  # "end", "injected failure"; None: still running, or killed
     strategy: str | None = None
     device: str | None = None
     torn_lines: int = 0
@@ -48,12 +56,35 @@ class AttemptStatus:
 
 
 @dataclass(frozen=True)
+class ReadsSummary:
+    ranks: int
+    steps: int  # the highest step every rank recorded
+    missing_steps: int  # steps below that some rank has no line for
+    duplicate_items: int  # (epoch, row) items the final parameters saw more than once
+    samples: int  # items trained on, all ranks, the last line of each step
+    digest: str  # sha256 of every rank's (step, items), in order: equal for two runs that read alike
+    lines: int  # every line, every attempt: steps trained again after a restart count again
+    pieces: int
+    fallbacks: int  # pieces the under-store served because their owner was down
+    under_store_bytes: int
+    torn_lines: int = 0
+
+    @property
+    def complete(self) -> bool:
+        return self.missing_steps == 0 and self.duplicate_items == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "complete": self.complete}
+
+
+@dataclass(frozen=True)
 class TrainStatus:
     job: str
     run_dir: str
     attempts: list[AttemptStatus] = field(default_factory=list)
     finished: bool = False  # result.json is written
     result: dict[str, Any] | None = None
+    reads: ReadsSummary | None = None
 
     @property
     def latest(self) -> AttemptStatus | None:
@@ -66,6 +97,7 @@ class TrainStatus:
             "finished": self.finished,
             "attempts": [a.to_dict() for a in self.attempts],
             "result": self.result,
+            "reads": None if self.reads is None else self.reads.to_dict(),
         }
 
 
@@ -122,6 +154,49 @@ def summarize_attempt(attempt: int, lines: Iterable[str], where: str = "metrics.
     )
 
 
+def summarize_reads(ranks: dict[int, Iterable[str]], where: str = "reads") -> ReadsSummary:
+    """The read ledgers of every rank (their lines), as what the final parameters were trained on."""
+    effective: dict[int, dict[int, list[list[int]]]] = {}
+    lines = torn = pieces = fallbacks = under_store = 0
+    for rank, rank_lines in sorted(ranks.items()):
+        records, rank_torn = _records(rank_lines, f"{where}/rank-{rank}.jsonl")
+        torn += rank_torn
+        steps: dict[int, list[list[int]]] = {}
+        for record in records:
+            steps[int(record["step"])] = [list(map(int, item)) for item in record["items"]]
+            pieces += int(record.get("pieces", 0))
+            fallbacks += int(record.get("fallbacks", 0))
+            under_store += int(record.get("under_store_bytes", 0))
+        lines += len(records)
+        effective[rank] = steps
+    last = min((max(steps, default=0) for steps in effective.values()), default=0)
+    missing = sum(1 for steps in effective.values() for step in range(1, last + 1) if step not in steps)
+    seen: set[tuple[int, int, int]] = set()
+    duplicates = samples = 0
+    digest = hashlib.sha256()
+    for rank, steps in sorted(effective.items()):
+        for step in sorted(s for s in steps if s <= last):
+            for epoch, row in steps[step]:
+                samples += 1
+                key = (rank, epoch, row)
+                duplicates += key in seen
+                seen.add(key)
+            digest.update(json.dumps([rank, step, steps[step]]).encode())
+    return ReadsSummary(
+        ranks=len(effective),
+        steps=last,
+        missing_steps=missing,
+        duplicate_items=duplicates,
+        samples=samples,
+        digest=digest.hexdigest(),
+        lines=lines,
+        pieces=pieces,
+        fallbacks=fallbacks,
+        under_store_bytes=under_store,
+        torn_lines=torn,
+    )
+
+
 def run_dir_for(job: str, root: Path) -> Path:
     """A job id's run directory below the training root; a path is taken as the run directory."""
     given = Path(job)
@@ -156,14 +231,23 @@ def read_status(job: str, root: Path) -> TrainStatus:
                 f"{result_path} is not JSON ({exc}); the trainer writes it atomically, so something "
                 "else wrote it: remove it and rerun the job"
             ) from None
-    return TrainStatus(job, str(run_dir), attempts, finished=result is not None, result=result)
+    reads_dir = logs / "reads"
+    ledgers = {
+        int(m.group(1)): path.read_text(errors="replace").splitlines()
+        for path in (reads_dir.iterdir() if reads_dir.is_dir() else [])
+        if (m := _RANK_LEDGER.fullmatch(path.name))
+    }
+    reads = summarize_reads(ledgers, str(reads_dir)) if ledgers else None
+    return TrainStatus(job, str(run_dir), attempts, finished=result is not None, result=result, reads=reads)
 
 
 __all__ = [
     "AttemptStatus",
+    "ReadsSummary",
     "StatusError",
     "TrainStatus",
     "read_status",
     "run_dir_for",
     "summarize_attempt",
+    "summarize_reads",
 ]

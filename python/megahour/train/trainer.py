@@ -48,19 +48,18 @@ from megahour.train import checkpoint
 from megahour.train.calibration import choose_strategy
 from megahour.train.comm import Comm
 from megahour.train.costmodel import DDP_CANDIDATES
+from megahour.train.data import DELIVERY_FIELDS, LEDGER_KEYS
 from megahour.train.device import Runtime, init_runtime, mfu, peak_flops
-from megahour.train.metrics import RunMetrics, StepRecord
+from megahour.train.metrics import ReadLedger, RunMetrics, StepRecord
 from megahour.train.model import HEADS, ModelConfig, WorldActionModel, preset
 from megahour.train.muon import MuonHyper, ShardedMuon, Strategy, parameter_digest, route_parameters
 from megahour.train.parallel import DataParallel, check_pairing, wrap
 
 log = logging.getLogger(__name__)
 
-# Fault injection for tests and the acceptance playbook. FAIL: every rank SIGKILLs itself after the
-# step (a node dying). HOLD: after the step and its checkpoint, the ranks stop and wait to be killed
-# (the playbook then runs `scontrol requeue`); only in a run that did not resume past that step.
+# Fault injection for tests: every rank SIGKILLs itself after the step (a node dying). The cluster's
+# chain (molecule/cluster/verify_chain.yml) kills ranks from outside instead, as real faults do.
 FAIL_AT_STEP_ENV = "MEGAHOUR_TRAIN_FAIL_AT_STEP"
-HOLD_AT_STEP_ENV = "MEGAHOUR_TRAIN_HOLD_AT_STEP"
 
 STRATEGIES = ("auto", *(s.value for s in Strategy))
 
@@ -151,8 +150,11 @@ def _candidates(mode: DataParallel) -> tuple[Strategy, ...]:
     return (Strategy.FULLY_SHARDED,) if mode.sharded else DDP_CANDIDATES
 
 
-def _batches(loader: Any, device: torch.device) -> Iterator[tuple[dict[str, torch.Tensor], float]]:
-    """Each batch on the device, with the seconds this rank waited for it (its data wait)."""
+def _batches(
+    loader: Any, device: torch.device
+) -> Iterator[tuple[dict[str, torch.Tensor], float, dict[str, torch.Tensor]]]:
+    """Each batch's model inputs on the device, the seconds this rank waited for it (its data wait), and
+    its ledger (the items and their read costs, left on the host)."""
     iterator = iter(loader)
     while True:
         asked = time.perf_counter()
@@ -160,22 +162,17 @@ def _batches(loader: Any, device: torch.device) -> Iterator[tuple[dict[str, torc
             batch = next(iterator)
         except StopIteration:
             return
+        ledger = {k: batch.pop(k) for k in LEDGER_KEYS if k in batch}
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        yield batch, time.perf_counter() - asked
+        yield batch, time.perf_counter() - asked, ledger
 
 
-def _fault(step: int, fail_at: int, hold_at: int, metrics: RunMetrics, comm: Comm) -> None:
+def _fault(step: int, fail_at: int, metrics: RunMetrics) -> None:
     if step == fail_at:
         metrics.event("injected failure", step=step)
         metrics.close()
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)  # like a node dying: no cleanup, no final checkpoint
-    if step == hold_at:
-        comm.barrier()
-        metrics.event("holding", step=step)
-        log.warning("holding after step %d until killed (%s)", step, HOLD_AT_STEP_ENV)
-        while True:
-            time.sleep(3600)
 
 
 def train(config: TrainConfig, env: Mapping[str, str] | None = None) -> TrainResult:
@@ -272,14 +269,17 @@ def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> Tra
         )  # fmt: skip
 
     fail_at = int(env.get(FAIL_AT_STEP_ENV, "-1") or -1)
-    hold_at = int(env.get(HOLD_AT_STEP_ENV, "-1") or -1)
     comm.ledger.reset()
-    loss_value: float | None = None
+    # A job resumed at its last checkpoint trains no step; its final loss is the one that checkpoint saw.
+    loss_value: float | None = (
+        checkpoint.saved_meta(store, resumed_from).get("loss") if store is not None and resumed_from else None
+    )
     step_times: list[float] = []
     optimizer_times: list[float] = []
     waits: list[float] = []
     done = start
-    for batch, waited in _batches(loader, device):
+    reads = ReadLedger(config.log_dir, rank)
+    for batch, waited, ledger in _batches(loader, device):
         started = time.perf_counter() - waited
         model.zero_grad(set_to_none=True)
         with runtime.autocast():
@@ -306,14 +306,18 @@ def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> Tra
             mfu=mfu(flops, config.batch_size / step_times[-1], peak),
         )
         metrics.step(record)
+        if "item" in ledger:
+            costs = ledger["delivery"].sum(dim=0).tolist() if "delivery" in ledger else []
+            reads.step(done, ledger["item"].tolist(), dict(zip(DELIVERY_FIELDS, costs, strict=False)))
         if rank == 0 and (done % config.log_every == 0 or done == config.steps):
             log.info(
                 "step %d/%d loss %.6f %.1f ms/step, data wait %.1f%%",
                 done, config.steps, loss_value, step_times[-1] * 1e3, 100 * record.data_wait_fraction,
             )  # fmt: skip
         if store is not None and (done % config.checkpoint_every == 0 or done == config.steps):
-            checkpoint.save(store, done, model, adamw, muon, comm, {"strategy": choice.strategy.value})
-        _fault(done, fail_at, hold_at, metrics, comm)
+            meta = {"strategy": choice.strategy.value, "loss": loss_value}
+            checkpoint.save(store, done, model, adamw, muon, comm, meta)
+        _fault(done, fail_at, metrics)
 
     total = sum(step_times)
     samples_per_second = config.batch_size * topology.world_size * len(step_times) / total if total else None
@@ -337,6 +341,7 @@ def _train(config: TrainConfig, env: Mapping[str, str], runtime: Runtime) -> Tra
     )
     metrics.event("end", **result.to_dict())
     metrics.close()
+    reads.close()
     if hasattr(dataset, "close"):
         dataset.close()
     if rank == 0 and config.log_dir is not None:
