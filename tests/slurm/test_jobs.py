@@ -189,3 +189,30 @@ def test_job_status_judgement_and_payload() -> None:
         "the Slurm job could not be submitted: sbatch exited 1: no"
     )
     assert JobStatus.from_dict({"job_id": 5}) == JobStatus("5", UNKNOWN_STATE)
+
+
+def test_a_batch_script_is_submitted_with_its_options_then_its_arguments() -> None:
+    from megahour.slurm.jobs import ScriptJob, check_sbatch_args, script_sbatch_args
+
+    argv = script_sbatch_args(
+        ScriptJob(
+            "/opt/t.sbatch",
+            ("--steps", "5"),
+            name="j",
+            nodes=2,
+            export={"B": "2", "A": "x y"},
+            extra=("--exclusive",),
+        )
+    )
+    assert argv == [
+        "sbatch", "--parsable", "--job-name=j", "--nodes=2", "--export=ALL,A=x y,B=2", "--exclusive",
+        "/opt/t.sbatch", "--steps", "5",
+    ]  # fmt: skip
+    check_sbatch_args(argv)
+    assert script_sbatch_args(ScriptJob("/t")) == [
+        "sbatch",
+        "--parsable",
+        "/t",
+    ]  # no --export: sbatch's default
+    with pytest.raises(ValueError, match="holds a comma"):
+        script_sbatch_args(ScriptJob("/t", export={"A": "1,2"}))

@@ -132,6 +132,43 @@ def sbatch_args(job: BatchJob) -> list[str]:
     ]
 
 
+@dataclass(frozen=True)
+class ScriptJob:
+    """A batch script submitted as it is (the training template), with its arguments and sbatch options."""
+
+    script: str
+    script_args: tuple[str, ...] = ()
+    name: str | None = None
+    nodes: int | None = None
+    ntasks_per_node: int | None = None
+    time: str | None = None
+    partition: str | None = None
+    # added to the submitter's environment (``--export=ALL,...``); sbatch splits the list on commas
+    export: Mapping[str, str] | None = None
+    extra: tuple[str, ...] = ()  # more sbatch options, passed as given
+
+
+def script_sbatch_args(job: ScriptJob) -> list[str]:
+    """The ``sbatch --parsable`` call for a batch script: options, then the script and its arguments."""
+    argv = ["sbatch", "--parsable"]
+    for flag, value in (
+        ("--job-name", job.name),
+        ("--nodes", job.nodes),
+        ("--ntasks-per-node", job.ntasks_per_node),
+        ("--time", job.time),
+        ("--partition", job.partition),
+    ):
+        if value is not None:
+            argv.append(f"{flag}={value}")
+    export = dict(job.export or {})
+    bad = [name for name, value in export.items() if "," in name or "," in value or "\n" in value]
+    if bad:
+        raise ValueError(f"--export cannot carry {bad[0]}: its value holds a comma or newline")
+    if export:
+        argv.append("--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in sorted(export.items()))]))
+    return [*argv, *job.extra, job.script, *job.script_args]
+
+
 def check_sbatch_args(argv: Sequence[str]) -> None:
     """Refuse anything but a prepared ``sbatch --parsable`` call: submitting runs only sbatch."""
     if list(argv[:2]) != ["sbatch", "--parsable"]:

@@ -145,16 +145,21 @@ def train_argv(options: Mapping[str, Any], run_parser: argparse.ArgumentParser, 
 
 def sbatch_argv(job: TrainJob, template: Path, run_args: Sequence[str]) -> list[str]:
     """The ``sbatch --parsable`` call that submits ``job`` with the training template."""
-    argv = ["sbatch", "--parsable", f"--job-name={job.name}", f"--nodes={job.nodes}"]
-    if job.ranks_per_node is not None:
-        argv.append(f"--ntasks-per-node={job.ranks_per_node}")
-    if job.time is not None:
-        argv.append(f"--time={job.time}")
-    if job.partition is not None:
-        argv.append(f"--partition={job.partition}")
+    from megahour.slurm.jobs import ScriptJob, script_sbatch_args
+
     exports = dict(job.env)
     if job.manifest is not None:
         exports[MANIFEST_ENV] = job.manifest
-    argv.append("--export=" + ",".join(["ALL", *(f"{k}={v}" for k, v in sorted(exports.items()))]))
-    argv += list(job.sbatch)
-    return [*argv, str(template), *run_args]
+    return script_sbatch_args(
+        ScriptJob(
+            script=str(template),
+            script_args=tuple(run_args),
+            name=job.name,
+            nodes=job.nodes,
+            ntasks_per_node=job.ranks_per_node,
+            time=job.time,
+            partition=job.partition,
+            export=exports,
+            extra=job.sbatch,
+        )
+    )
