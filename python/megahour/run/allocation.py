@@ -20,11 +20,11 @@ _DOWN = frozenset({"down", "fail", "failg"})
 def unfit_nodes(allocation: list[str], states: list[NodeState]) -> list[NodeState]:
     """The allocation's nodes that are drained, draining, down, failing or not responding (sinfo's view)."""
     wanted = set(allocation)
-    seen: dict[str, NodeState] = {}
-    for node in states:
-        if node.name in wanted and (node.is_drained or node.not_responding or node.base_state in _DOWN):
-            seen.setdefault(node.name, node)  # sinfo --Node prints a node once per partition
-    return [seen[name] for name in sorted(seen)]
+    # parse_sinfo_nodes already keeps one line a node (sinfo --Node prints one per partition)
+    unfit = [
+        n for n in states if n.name in wanted and (n.is_drained or n.not_responding or n.base_state in _DOWN)
+    ]
+    return sorted(unfit, key=lambda n: n.name)
 
 
 def describe(nodes: list[NodeState]) -> str:

@@ -413,7 +413,7 @@ class ManifestDataset(Dataset):
         ref = self.refs([row], opened)[0]
         where = f"manifest row {row} ({ref.episode_id}, {ref.key}): "
         stats = opened.client.stats
-        before = (stats.pieces, stats.fallbacks, stats.under_store_bytes)
+        before = [getattr(stats, name) for name in DELIVERY_FIELDS]
         try:
             delivered = opened.loader.deliver(ref, epoch)
         except (EpisodeError, DeliveryError, CurationError) as exc:
@@ -421,7 +421,7 @@ class ManifestDataset(Dataset):
         inputs = self._inputs(delivered.sample, where)
         # One sample at a time per process (the rank, or each DataLoader worker), so the difference is
         # this sample's own cost, retries included.
-        after = (stats.pieces, stats.fallbacks, stats.under_store_bytes)
+        after = [getattr(stats, name) for name in DELIVERY_FIELDS]
         inputs["item"] = np.array([epoch, row], dtype=np.int64)
         inputs["delivery"] = np.array([a - b for a, b in zip(after, before, strict=True)], dtype=np.int64)
         return inputs

@@ -169,7 +169,6 @@ class ReadLedger:
         # line-buffered append, like metrics.jsonl: a killed rank leaves whole lines, and each attempt
         # adds after the ones before it
         self._handle = (directory / f"rank-{rank}.jsonl").open("a", buffering=1)
-        self.rank = rank
 
     def step(self, step: int, items: list[list[int]], delivery: dict[str, int]) -> None:
         if self._handle is not None:

@@ -27,6 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from megahour.slurm.jobs import ScriptJob, script_sbatch_args
+
 DEFAULT_TEMPLATE = Path("/opt/megahour/share/megahour-train.sbatch")
 MANIFEST_ENV = "MEGAHOUR_TRAIN_MANIFEST"
 # The template sets these itself, per job; a job file setting them would fight it.
@@ -145,8 +147,6 @@ def train_argv(options: Mapping[str, Any], run_parser: argparse.ArgumentParser, 
 
 def sbatch_argv(job: TrainJob, template: Path, run_args: Sequence[str]) -> list[str]:
     """The ``sbatch --parsable`` call that submits ``job`` with the training template."""
-    from megahour.slurm.jobs import ScriptJob, script_sbatch_args
-
     exports = dict(job.env)
     if job.manifest is not None:
         exports[MANIFEST_ENV] = job.manifest
