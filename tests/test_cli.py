@@ -109,7 +109,7 @@ def test_closed_sets_are_choices() -> None:
     for path in ("episodes bench", "cache warm", "cache read"):
         assert choices(path, "spec") == sorted(SAMPLE_SPECS)
     assert choices("ingest step", "step") == list(STEPS)
-    assert choices("health check", "suite") == [suites.PROLOG, suites.FULL]
+    assert choices("health check", "suite") == list(suites.SUITES)
     with pytest.raises(SystemExit) as exc:
         main(["episodes", "transcode", "a.mcap", "b.mcap", "--pattern", "vla_long"])
     assert exc.value.code == 2

@@ -192,14 +192,21 @@ def test_xid_that_recurs_after_a_reboot_fails(node, monkeypatch):
     from megahour.health import xid_history
 
     config, serve, _ = node
-    contained = (REPO / "tests/health/fixtures/kernel-xid94-contained-ecc.log").read_text().splitlines()
-    serve(kernel_lines=contained)
+    fixtures = REPO / "tests/health/fixtures"
+    contained = (fixtures / "kernel-xid94-contained-ecc.log").read_text().splitlines()
+    remap_failure = (fixtures / "kernel-xid64-remap-failure.log").read_text().splitlines()
+    serve(kernel_lines=contained + remap_failure)
     monkeypatch.setattr(xid_history, "current_boot_id", lambda: "boot-1")
     [xid] = [v for v in run_suite(config, FULL) if v.check == "xid"]
-    assert xid.status is Status.WARN  # RESTART_APP, first time
+    assert xid.reason == "xid_reset_gpu"  # first time: the catalog's action
     monkeypatch.setattr(xid_history, "current_boot_id", lambda: "boot-2")
     [xid] = [v for v in run_suite(config, FULL) if v.check == "xid"]
-    assert (xid.status, xid.reason) == (Status.FAIL, "xid_recurring")
+    assert (xid.status, xid.reason, xid.evidence["xid"]) == (Status.FAIL, "xid_recurring", 64)
+    # The application-class Xid 94 alone, seen in both earlier boots, stays a warning.
+    serve(kernel_lines=contained)
+    monkeypatch.setattr(xid_history, "current_boot_id", lambda: "boot-3")
+    [xid] = [v for v in run_suite(config, FULL) if v.check == "xid"]
+    assert (xid.status, xid.reason) == (Status.WARN, "xid_restart_app")
 
 
 def test_nvme_mount_and_container_runtime_checks(node, tmp_path):
@@ -280,3 +287,86 @@ def test_a_hung_disk_or_mount_probe_is_that_checks_unknown_verdict(node, monkeyp
     for check in ("disk:/scratch", "mount:/nvme"):
         assert (verdicts[check].status, verdicts[check].reason) == (Status.UNKNOWN, "probe_timeout")
         assert "timed out after" in verdicts[check].message
+
+
+XID79 = REPO / "tests/health/fixtures/kernel-xid79-fallen-off-bus.log"
+
+
+def test_the_prolog_reads_the_kernel_log_so_a_fresh_xid_stops_the_next_job(node):
+    config, serve, _ = node
+    serve(kernel_lines=XID79.read_text().splitlines())
+    assert gate.prolog(config, {"SLURM_JOB_ID": "7"}) == 1
+    record = json.loads((Path(config.state_dir) / "prolog-7.json").read_text())
+    assert "xid_restart_bm" in {v["reason"] for v in record["verdicts"]}
+
+
+def test_the_epilog_drains_with_our_reason_itself(node):
+    from megahour.slurm.client import SlurmQueryError
+
+    config, serve, _ = node
+    drained = []
+    env = {"SLURM_JOB_ID": "9", "SLURMD_NODENAME": "gpu-3"}
+    assert gate.epilog(config, env, lambda n, r: drained.append((n, r)), lambda n: None) == 0
+    assert drained == []  # healthy: DCGM absent here is a visible WARN, not a failure
+    record = json.loads((Path(config.state_dir) / "epilog-9.json").read_text())
+    assert {v["check"]: v["reason"] for v in record["verdicts"]}["dcgm_diag"] == "dcgm_absent"
+
+    serve(kernel_lines=XID79.read_text().splitlines())
+    # Slurm's own reason for a failed hook is ours to refine; exit 0, or Slurm would write "Epilog error".
+    assert gate.epilog(config, env, lambda n, r: drained.append((n, r)), lambda n: "Prolog error") == 0
+    assert drained[0][0] == "gpu-3" and drained[0][1].startswith("megahour:xid_restart_bm ")
+
+    def unreachable(node, reason):
+        raise SlurmQueryError(["scontrol"], "", "timed out after 10s")
+
+    # Our drain failed: exit 1 so Slurm drains the node anyway (fail closed).
+    assert gate.epilog(config, env, unreachable, lambda n: None) == 1
+    # An operator's drain is never overwritten, and the job's node still leaves cleanly.
+    assert gate.epilog(config, env, lambda n, r: drained.append((n, r)), lambda n: "ops:cable") == 0
+    assert len(drained) == 1
+
+
+def test_corrected_ecc_rate_is_a_metric_and_drains_above_its_limit(node, monkeypatch):
+    from megahour.health import suites
+
+    config, serve, _ = node
+    monkeypatch.setattr(suites, "uptime_seconds", lambda: 7200.0)  # two hours since boot
+    serve(gpu_rows=(HEALTHY.replace(", 0, 0, 0", ", 900, 0, 0"),))
+    gate.record(config, "last-healthcheck", FULL, run_suite(config, FULL))
+    metrics = (Path(config.metrics_dir) / "megahour_health_full.prom").read_text()
+    assert 'megahour_gpu_ecc_corrected_per_hour{gpu="0",suite="full"} 450' in metrics
+    # The published case: > 250,000 corrected errors. In two hours that is a storm; the node drains.
+    serve(gpu_rows=(HEALTHY.replace(", 0, 0, 0", ", 250001, 0, 0"),))
+    [ecc] = [v for v in run_suite(config, FULL) if v.check == "ecc"]
+    assert (ecc.status, ecc.reason) == (Status.FAIL, "ecc_corrected_rate")
+    assert ecc.evidence["corrected_per_hour"] == {"0": 125000.5}
+    # The same count over 30 days is a slow leak: a WARN by count, no drain.
+    monkeypatch.setattr(suites, "uptime_seconds", lambda: 30 * 86400.0)
+    [ecc] = [v for v in run_suite(config, FULL) if v.check == "ecc"]
+    assert (ecc.status, ecc.reason) == (Status.WARN, "ecc_corrected_storm")
+
+
+def test_pre_ampere_gpus_are_judged_by_retired_pages(node):
+    config, serve, fixtures = node
+    serve(remap=("GPU-a895322e-..., [N/A], [N/A], [N/A], [N/A]",))
+    commands = json.loads((fixtures / "commands.json").read_text())
+    (fixtures / "retired.csv").write_text(csv(checks.RETIRED_FIELDS, "00000000:0A:00.0, 3, 1, Yes"))
+    retired_args = f"--query-gpu={','.join(checks.RETIRED_FIELDS)} --format=csv"
+    commands[retired_args] = {"stdout": "retired.csv", "rc": 0}
+    (fixtures / "commands.json").write_text(json.dumps(commands))
+    [repair] = [v for v in run_suite(config, PROLOG) if v.check == "memory_repair"]
+    assert (repair.status, repair.reason) == (Status.FAIL, "retired_pages_pending")
+    # Neither reading works: fail closed.
+    del commands[retired_args]
+    (fixtures / "commands.json").write_text(json.dumps(commands))
+    [repair] = [v for v in run_suite(config, PROLOG) if v.check == "memory_repair"]
+    assert repair.status is Status.UNKNOWN
+
+
+def test_bad_xid_overrides_name_the_inventory_setting(tmp_path):
+    path = tmp_path / "health.json"
+    path.write_text(json.dumps({"gpu_count": 1, "xid_overrides": {"45": "NEVER"}}))
+    with pytest.raises(ConfigError, match="megahour_health_xid_overrides"):
+        load(path)
+    path.write_text(json.dumps({"gpu_count": 1, "xid_overrides": {"45": "IGNORE", "154": "INFORMATIONAL"}}))
+    assert load(path).expect.xid_overrides == {45: "IGNORE", 154: "INFORMATIONAL"}

@@ -1,11 +1,13 @@
 """The health config the slurm_node role renders: the GPU's product name from megahour's profiles."""
 
+import dataclasses
 import json
 
 import pytest
 import yaml
 
-from megahour.health.config import load
+from megahour.health.checks import Expectations
+from megahour.health.config import HealthConfig, load
 from tests.conftest import REPO, tool
 
 pytestmark = pytest.mark.integration
@@ -61,3 +63,30 @@ def test_no_model_means_no_model_check(render):
 def test_an_explicit_product_name_wins(render):
     raw = json.loads(render(slurm_node_health_config={"product_name": "NVIDIA H100 NVL"}).read_text())
     assert (raw["gpu_model"], raw["product_name"]) == ("h100", "NVIDIA H100 NVL")
+
+
+def test_the_loader_reads_every_setting_the_role_writes(render):
+    """Mounts and the container runtime were rendered but never read, so their gates never ran."""
+    from megahour.health.config import MountRule
+
+    path = render(
+        slurm_node_health_config={
+            "mounts": [{"path": "/mnt/nvme0", "require_mount": True}],
+            "container_runtime_command": ["enroot", "version"],
+            "corrected_rate_drain_per_hour": 5000,
+            "dcgm_diag_timeout_s": 30,
+        }
+    )
+    raw = json.loads(path.read_text())
+    config = load(path)
+    assert config.mounts == (MountRule("/mnt/nvme0", True),)
+    assert config.container_runtime_command == ("enroot", "version")
+    assert config.expect.corrected_rate_drain_per_hour == 5000.0
+    assert config.dcgm_diag_timeout_s == 30.0
+    # Every key the role renders is one the loader knows.
+    known = (
+        {f.name for f in dataclasses.fields(HealthConfig)}
+        | {f.name for f in dataclasses.fields(Expectations)}
+        | {"gpu_model", "gpu_count"}
+    )
+    assert set(raw) - known == set()

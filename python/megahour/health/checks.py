@@ -11,7 +11,13 @@ from dataclasses import dataclass, field
 
 from megahour.health import kernel_log, smi
 from megahour.health.verdict import Status, Verdict, passed
-from megahour.health.xid_catalog import CATALOG_VERSION, XidAction, action_for
+from megahour.health.xid_catalog import (
+    CATALOG_VERSION,
+    SILENT,
+    XidAction,
+    action_for,
+    escalates_on_recurrence,
+)
 
 # The one --query-gpu the fast gate runs (a single nvidia-smi call).
 GPU_FIELDS = [
@@ -49,6 +55,8 @@ class Expectations:
     product_name: str | None = None
     bus_ids: tuple[str, ...] = ()
     corrected_storm_threshold: int = 1000  # volatile corrected errors per GPU before a WARN
+    # Corrected ECC errors per hour since boot above which the node drains (docs/resilience.md).
+    corrected_rate_drain_per_hour: float = 10000.0
     require_persistence: bool = True
     xid_overrides: dict[int, str] = field(default_factory=dict)
 
@@ -86,7 +94,23 @@ def gpu_inventory(result: smi.CsvResult, expect: Expectations) -> Verdict:
     return passed(check, f"{count} x {names[0] if names else '?'}", bus_ids=bus_ids)
 
 
-def ecc(result: smi.CsvResult, expect: Expectations) -> Verdict:
+def corrected_rates(result: smi.CsvResult, uptime_s: float | None) -> dict[str, float]:
+    """Volatile corrected ECC errors per hour since boot, per GPU index (empty without an uptime).
+
+    With persistence mode the volatile counters live as long as the driver, i.e. since boot on a
+    node that loads it at boot; the rate is what tells a storm from a long quiet uptime.
+    """
+    if not uptime_s or uptime_s <= 0:
+        return {}
+    rates = {}
+    for row in result.rows:
+        count = smi.as_int(row.get("ecc.errors.corrected.volatile.total", ""))
+        if count is not None:
+            rates[str(row.get("index", "?"))] = round(count * 3600.0 / uptime_s, 3)
+    return rates
+
+
+def ecc(result: smi.CsvResult, expect: Expectations, uptime_s: float | None = None) -> Verdict:
     check = "ecc"
     if result.errors or not result.rows:
         return _bad(
@@ -133,6 +157,16 @@ def ecc(result: smi.CsvResult, expect: Expectations) -> Verdict:
                 volatile_uncorrected=uncorrected,
                 aggregate_uncorrected=smi.as_int(row.get("ecc.errors.uncorrected.aggregate.total", "")),
             )
+    rates = corrected_rates(result, uptime_s)
+    storming = {gpu: rate for gpu, rate in rates.items() if rate > expect.corrected_rate_drain_per_hour}
+    if storming:
+        return _bad(
+            check,
+            "ecc_corrected_rate",
+            f"corrected ECC errors per hour since boot above {expect.corrected_rate_drain_per_hour:g}: "
+            f"{storming}",
+            corrected_per_hour=rates,
+        )
     storms = [
         (row.get("index"), n)
         for row in result.rows
@@ -146,43 +180,77 @@ def ecc(result: smi.CsvResult, expect: Expectations) -> Verdict:
             f"corrected ECC errors above {expect.corrected_storm_threshold}: {storms}",
             Status.WARN,
             gpus=dict(storms),
+            corrected_per_hour=rates,
         )
-    return passed(check, "ECC enabled, no uncorrected errors since the driver loaded")
+    return passed(
+        check, "ECC enabled, no uncorrected errors since the driver loaded", corrected_per_hour=rates
+    )
 
 
-def memory_repair(remap: smi.CsvResult, retired: smi.CsvResult | None = None) -> Verdict:
-    """Row remapping (Ampere and later), or retired pages where remapping reads N/A."""
+def remap_supported(remap: smi.CsvResult) -> bool:
+    """Whether any GPU reports row remapping (Ampere and later); older GPUs read N/A and retire pages."""
+    return any(
+        smi.as_flag(row.get("remapped_rows.pending", "")) is not None
+        or smi.as_flag(row.get("remapped_rows.failure", "")) is not None
+        for row in remap.rows
+    )
+
+
+def memory_repair(remap: smi.CsvResult | None, retired: smi.CsvResult | None = None) -> Verdict:
+    """Row remapping (Ampere and later), or retired pages where remapping reads N/A.
+
+    ``remap`` is None when the remapped-rows query is not available at all (older drivers
+    and GPUs); then the retired-pages reading decides, and without one the check is UNKNOWN.
+    """
     check = "memory_repair"
-    if remap.errors:
+    if remap is not None and remap.errors:
         return _bad(check, "gpu_query_unparseable", "; ".join(remap.errors[:3]), Status.UNKNOWN)
-    remap_supported = False
-    for row in remap.rows:
-        pending = smi.as_flag(row.get("remapped_rows.pending", ""))
-        failure = smi.as_flag(row.get("remapped_rows.failure", ""))
-        if pending is None and failure is None:
-            continue  # N/A: a pre-Ampere GPU; retired pages below
-        remap_supported = True
+    for row in remap.rows if remap is not None else []:
         gpu = row.get("gpu_uuid", "?")
-        if failure:
+        if smi.as_flag(row.get("remapped_rows.failure", "")):
             return _bad(
                 check,
                 "remap_failed",
                 f"{gpu}: row remapping failed (RMA threshold); never auto-resumed",
                 gpu=gpu,
             )
-        if pending:
+        if smi.as_flag(row.get("remapped_rows.pending", "")):
             return _bad(
                 check, "remap_pending", f"{gpu}: a row remap is pending; reset the GPU or reboot", gpu=gpu
             )
-    if not remap_supported and retired is not None:
-        for row in retired.rows:
-            if smi.as_flag(row.get("retired_pages.pending", "")):
-                return _bad(
-                    check,
-                    "retired_pages_pending",
-                    f"{row.get('pci.bus_id')}: retired pages pending; reboot to blacklist them",
-                )
-    return passed(check, "no pending or failed memory repair")
+    if remap is not None and remap_supported(remap):
+        return passed(check, "no pending or failed row remap")
+    if retired is None:
+        return _bad(
+            check,
+            "memory_repair_unreadable",
+            "row remapping reads N/A and retired pages were not read",
+            Status.UNKNOWN,
+        )
+    if retired.errors or not retired.rows:
+        return _bad(
+            check, "gpu_query_unparseable", "; ".join(retired.errors[:3]) or "no GPU rows", Status.UNKNOWN
+        )
+    if all(smi.as_flag(row.get("retired_pages.pending", "")) is None for row in retired.rows):
+        # Seen on real H100s with MIG enabled: both readings are [N/A]. Nothing to judge, so say so
+        # (a WARN anyone can see) rather than pass silently or drain every MIG node.
+        return _bad(
+            check,
+            "memory_repair_unavailable",
+            "neither row remapping nor retired pages are reported (MIG mode, or a GPU without ECC)",
+            Status.WARN,
+        )
+    for row in retired.rows:
+        if smi.as_flag(row.get("retired_pages.pending", "")):
+            return _bad(
+                check,
+                "retired_pages_pending",
+                f"{row.get('pci.bus_id')}: retired pages pending; reboot to blacklist them",
+                gpu=row.get("pci.bus_id"),
+                single_bit=smi.as_int(row.get("retired_pages.single_bit_ecc.count", "")),
+                double_bit=smi.as_int(row.get("retired_pages.double_bit.count", "")),
+            )
+    return passed(check, "no pending page retirement (pre-Ampere GPUs)")
 
 
 def leftover_processes(result: smi.CsvResult) -> Verdict:
@@ -197,22 +265,63 @@ def leftover_processes(result: smi.CsvResult) -> Verdict:
     return passed(check, "no process holds a GPU")
 
 
-def xid(lines: list[str], expect: Expectations, earlier_boots: set[tuple[str, int]] | None = None) -> Verdict:
-    """Xid events since the last driver load or GPU reset, judged by the catalog.
+# How bad each bucket is, to pick the one Xid a verdict names; and the reason code it drains with.
+_XID_RANK = {
+    XidAction.RESTART_APP: 1,
+    XidAction.UNKNOWN: 1,
+    XidAction.WORKFLOW: 2,
+    XidAction.WORKFLOW_XID_48: 2,
+    XidAction.WORKFLOW_NVLINK: 2,
+    XidAction.UPDATE_FW: 2,
+    XidAction.CHECK_MECHANICALS: 3,
+    XidAction.CONTACT_SUPPORT: 3,
+    XidAction.RESET_GPU: 3,
+    XidAction.RESTART_VM: 4,
+    XidAction.RESTART_BM: 4,
+}
+_XID_REASON = {
+    XidAction.RESTART_BM: "xid_restart_bm",
+    XidAction.RESTART_VM: "xid_restart_bm",
+    XidAction.RESET_GPU: "xid_reset_gpu",
+    XidAction.CONTACT_SUPPORT: "xid_contact_support",
+    XidAction.CHECK_MECHANICALS: "xid_check_mechanicals",
+    XidAction.UPDATE_FW: "xid_update_firmware",
+    XidAction.WORKFLOW: "xid_needs_investigation",
+    XidAction.WORKFLOW_XID_48: "xid_needs_investigation",
+    XidAction.WORKFLOW_NVLINK: "xid_needs_investigation",
+}
 
-    ``earlier_boots`` holds (pci, xid) pairs seen in previous boots: the same
-    fault after a reboot escalates to FAIL even when the catalog says less.
+
+# Driver reports without an Xid: what they ask for, and the reason code they drain with.
+_NO_XID = {"reset_required": "gpu_reset_required", "init_failed": "gpu_init_failed"}
+
+
+def _event_action(event: kernel_log.XidEvent, expect: Expectations) -> XidAction | None:
+    if event.kind in _NO_XID:
+        return XidAction.RESET_GPU
+    return action_for(event.xid, expect.xid_overrides)
+
+
+def xid(lines: list[str], expect: Expectations, earlier_boots: set[tuple[str, int]] | None = None) -> Verdict:
+    """Xid events since the last driver load or GPU reset (lost GPUs until a reset), judged by the catalog.
+
+    ``earlier_boots`` holds (pci, xid) pairs seen in previous boots: the same hardware-class
+    fault after a reboot escalates to FAIL even when the catalog says less. Routine (Xid 45),
+    ignorable and application-caused Xids never escalate.
     """
     check = "xid"
-    events = kernel_log.parse(kernel_log.since_watermark(lines))
+    events = kernel_log.current_events(lines)
+    counts: dict[str, int] = {}
     worst_event, worst_rank = None, 0
-    rank = {XidAction.RESTART_APP: 1, XidAction.WORKFLOW: 2, XidAction.RESET_GPU: 3, XidAction.RESTART_BM: 4}
     for event in events:
-        action = action_for(event.xid, expect.xid_overrides)
+        key = event.kind if event.kind in _NO_XID else str(event.xid)
+        counts[key] = counts.get(key, 0) + 1
+        action = _event_action(event, expect)
         if (
             earlier_boots
+            and event.kind == "xid"
             and (event.pci, event.xid) in earlier_boots
-            and action not in (XidAction.IGNORE, None)
+            and escalates_on_recurrence(event.xid, action)
         ):
             return _bad(
                 check,
@@ -222,27 +331,41 @@ def xid(lines: list[str], expect: Expectations, earlier_boots: set[tuple[str, in
                 pci=event.pci,
                 catalog=CATALOG_VERSION,
             )
-        score = rank.get(action, 0) if action is not None else 1  # unknown Xid: look, don't drain
+        score = 0 if action in SILENT else _XID_RANK.get(action, 1) if action is not None else 1
         if score > worst_rank:
             worst_event, worst_rank = event, score
     if worst_event is None:
-        return passed(check, f"{len(events)} Xid events, none actionable", catalog=CATALOG_VERSION)
-    action = action_for(worst_event.xid, expect.xid_overrides)
+        return passed(
+            check, f"{len(events)} Xid events, none actionable", catalog=CATALOG_VERSION, counts=counts
+        )
+    action = _event_action(worst_event, expect)
     evidence = {
         "xid": worst_event.xid,
         "pci": worst_event.pci,
         "line": worst_event.line_number,
         "action": action.value if action else "unlisted",
         "catalog": CATALOG_VERSION,
+        "counts": counts,
     }
+    if worst_event.gpu_instance is not None:
+        evidence["gpu_instance"] = worst_event.gpu_instance
+    if worst_event.kind in _NO_XID:
+        return _bad(
+            check,
+            _NO_XID[worst_event.kind],
+            f"{worst_event.pci or 'a GPU'}: {worst_event.message[:160]}",
+            **evidence,
+        )
     message = f"Xid {worst_event.xid} on {worst_event.pci}: {worst_event.message[:160]}"
-    if action == XidAction.RESTART_BM:
-        return _bad(check, "xid_restart_bm", message, **evidence)
-    if action == XidAction.RESET_GPU:
-        return _bad(check, "xid_reset_gpu", message, **evidence)
-    if action == XidAction.WORKFLOW:
-        return _bad(check, "xid_needs_investigation", message, **evidence)
-    return _bad(check, "xid_restart_app" if action else "xid_unlisted", message, Status.WARN, **evidence)
+    if action in _XID_REASON:
+        return _bad(check, _XID_REASON[action], message, **evidence)
+    return _bad(
+        check,
+        "xid_restart_app" if action == XidAction.RESTART_APP else "xid_unlisted",
+        message,
+        Status.WARN,
+        **evidence,
+    )
 
 
 def disk(path: str, free_percent: float | None, min_free_percent: float, error: str | None = None) -> Verdict:

@@ -12,7 +12,7 @@ from megahour import cliutil
 if TYPE_CHECKING:
     from rich.console import Console
 
-SUITES = ("prolog", "full")
+SUITES = ("prolog", "full", "epilog")
 DEFAULT_CONFIG = "/etc/megahour/health.json"
 
 
@@ -32,7 +32,10 @@ def register(subparsers: cliutil.Subparsers) -> None:
         exits={0: "the gate passes (every verdict PASS or WARN)", 1: "a check failed, or the config is bad"},
     )
     p.add_argument(
-        "--suite", choices=SUITES, default="full", help="which checks: the Prolog's fast ones or all"
+        "--suite",
+        choices=SUITES,
+        default="full",
+        help="which checks: the Prolog's fast ones, all, or all plus DCGM (the Epilog's)",
     )
     cliutil.add_json_flag(p)
     _config_arg(p)
@@ -42,7 +45,11 @@ def register(subparsers: cliutil.Subparsers) -> None:
             "Slurm Prolog: fast gate, no Slurm calls",
             "the gate failed: Slurm drains the node and requeues",
         ),
-        ("epilog", "Slurm Epilog: full checks and diagnostics after a job", "the gate failed"),
+        (
+            "epilog",
+            "Slurm Epilog: full checks, DCGM and diagnostics after a job; drains with megahour:<reason>",
+            "the gate failed and the node could not be drained with our reason",
+        ),
         (
             "healthcheck",
             "Slurm HealthCheckProgram: full checks; drains with megahour:<reason>",
@@ -101,8 +108,6 @@ def _cmd_hook(args: argparse.Namespace, console: Console) -> int:
         config = _config(args)
         if args.hook == "prolog":
             return gate.prolog(config, os.environ)
-        if args.hook == "epilog":
-            return gate.epilog(config, os.environ)
         from megahour.slurm.client import SlurmClient
 
         client = SlurmClient()
@@ -110,6 +115,8 @@ def _cmd_hook(args: argparse.Namespace, console: Console) -> int:
         def node_reason(node: str) -> str | None:
             return next((n.reason for n in client.nodes().items if n.name == node), None)
 
+        if args.hook == "epilog":
+            return gate.epilog(config, os.environ, client.drain, node_reason)
         return gate.healthcheck(config, client.drain, node_reason, node=args.node, publish=client.set_comment)
     except (ConfigError, RuntimeError) as exc:
         print(f"megahour health {args.hook}: {exc}", file=sys.stderr)

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from megahour.health.checks import Expectations
+from megahour.health.xid_catalog import XidAction, valid_override
 
 DEFAULT_PATH = Path("/etc/megahour/health.json")
 
@@ -38,6 +39,8 @@ class HealthConfig:
     # or a tiny container running `nvidia-smi -L`. Empty: jobs run no container.
     container_runtime_command: tuple[str, ...] = ()
     probe_timeout_s: float = 5.0
+    # Budget for `dcgmi diag -r 1` in the Epilog; 0 turns it off (a visible WARN says so).
+    dcgm_diag_timeout_s: float = 60.0
     state_dir: str = "/var/lib/megahour/health"
     drain_prefix: str = "megahour:"
     metrics_dir: str | None = None  # node_exporter textfile collector directory
@@ -71,14 +74,24 @@ def load(path: Path = DEFAULT_PATH) -> HealthConfig:
         ) from exc
     except ValueError as exc:
         raise ConfigError(f"{path} is not valid JSON: {exc}") from exc
+    overrides = raw.get("xid_overrides") or {}
+    bad = {k: v for k, v in overrides.items() if not str(k).isdigit() or not valid_override(str(v))}
+    if bad:
+        raise ConfigError(
+            f"{path}: xid_overrides {bad} are not Xid numbers mapped to one of "
+            f"{sorted(a.value for a in XidAction)}; fix megahour_health_xid_overrides in the inventory"
+        )
     try:
         expect = Expectations(
             gpu_count=int(raw["gpu_count"]),
             product_name=raw.get("product_name") or None,
             bus_ids=tuple(raw.get("bus_ids", ())),
             corrected_storm_threshold=int(raw.get("corrected_storm_threshold", 1000)),
+            corrected_rate_drain_per_hour=float(
+                raw.get("corrected_rate_drain_per_hour", Expectations.corrected_rate_drain_per_hour)
+            ),
             require_persistence=bool(raw.get("require_persistence", True)),
-            xid_overrides={int(k): str(v) for k, v in raw.get("xid_overrides", {}).items()},
+            xid_overrides={int(k): str(v) for k, v in overrides.items()},
         )
         return HealthConfig(
             expect=expect,
@@ -87,7 +100,12 @@ def load(path: Path = DEFAULT_PATH) -> HealthConfig:
             disks=tuple(
                 DiskRule(d["path"], float(d.get("min_free_percent", 5.0))) for d in raw.get("disks", [])
             ),
+            mounts=tuple(
+                MountRule(m["path"], bool(m.get("require_mount", True))) for m in raw.get("mounts", [])
+            ),
+            container_runtime_command=tuple(str(a) for a in raw.get("container_runtime_command", [])),
             probe_timeout_s=float(raw.get("probe_timeout_s", 5.0)),
+            dcgm_diag_timeout_s=float(raw.get("dcgm_diag_timeout_s", HealthConfig.dcgm_diag_timeout_s)),
             state_dir=raw.get("state_dir", HealthConfig.state_dir),
             drain_prefix=raw.get("drain_prefix", "megahour:"),
             metrics_dir=raw.get("metrics_dir"),

@@ -5,8 +5,9 @@
   with nohold_on_prolog_fail, requeue the job to another node.
 - HealthCheckProgram: the full suite; drains with our own reason prefix
   (``megahour:<reason>``) so the sweeper knows the drain is ours.
-- Epilog: after a job, the full suite and a diagnostics record; a failing node
-  exits 1 so Slurm drains it before the next job lands.
+- Epilog: after a job, the full suite, DCGM's short diagnostic and a diagnostics
+  record; a failing node is drained with ``megahour:<reason>`` before the next job
+  lands (exit 1, so Slurm drains it as ``Epilog error``, only if that drain fails).
 Every run leaves its verdicts in the state directory (for traces and the sweeper).
 """
 
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from megahour.atomicio import atomic_write_text
 from megahour.health.config import HealthConfig
-from megahour.health.suites import FULL, PROLOG, run_suite
+from megahour.health.suites import EPILOG, FULL, PROLOG, run_suite
 from megahour.health.verdict import Verdict, gate_passes, worst
 from megahour.metrics import textfile
 from megahour.slurm.comment import HealthStamp
@@ -55,7 +56,17 @@ def record(
             )
         last = textfile.Family("megahour_health_last_run_timestamp_seconds", "when this suite last ran")
         last.add(payload["time"], suite=suite)
-        textfile.write(config.metrics_dir, f"megahour_health_{suite}", [family, last])
+        families = [family, last]
+        rates = next((v.evidence.get("corrected_per_hour") for v in verdicts if v.check == "ecc"), None)
+        if rates is not None:
+            ecc_rate = textfile.Family(
+                "megahour_gpu_ecc_corrected_per_hour",
+                "volatile corrected ECC errors per hour since boot, per GPU (the storm alert reads it)",
+            )
+            for gpu, rate in sorted(rates.items()):
+                ecc_rate.add(rate, gpu=gpu, suite=suite)
+            families.append(ecc_rate)
+        textfile.write(config.metrics_dir, f"megahour_health_{suite}", families)
     return path
 
 
@@ -128,14 +139,38 @@ def _may_replace(current: str | None, prefix: str, reason: str) -> bool:
     return current.startswith(prefix) and not current.startswith(reason + " ") and current != reason
 
 
-def epilog(config: HealthConfig, env: Mapping[str, str]) -> int:
-    verdicts = run_suite(config, FULL)
+def epilog(
+    config: HealthConfig,
+    env: Mapping[str, str],
+    drain: Callable[[str, str], None] | None = None,
+    node_reason: Callable[[str], str | None] | None = None,
+) -> int:
+    """Full checks (and DCGM) after a job. A failing node is drained with megahour's reason here,
+    so the next job sees why at once; Slurm's generic ``Epilog error`` (exit 1) is the fallback
+    when that drain cannot be made."""
+    verdicts = run_suite(config, EPILOG)
     job = env.get("SLURM_JOB_ID", "nojob")
     extra = {
         "job_id": job,
         "job_exit_code": env.get("SLURM_JOB_EXIT_CODE"),
         "restart_count": env.get("SLURM_JOB_RESTART_COUNT", env.get("SLURM_RESTART_COUNT", "0")),
     }
-    record(config, f"epilog-{job}", FULL, verdicts, extra)
-    print(f"megahour epilog job {job}: {summary(verdicts)}", file=sys.stderr)
-    return 0 if gate_passes(verdicts) else 1
+    record(config, f"epilog-{job}", EPILOG, verdicts, extra)
+    if gate_passes(verdicts):
+        print(f"megahour epilog job {job}: {summary(verdicts)}", file=sys.stderr)
+        return 0
+    bad = worst(verdicts)
+    assert bad is not None
+    node = env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+    reason = f"{config.drain_prefix}{bad.reason}"
+    if drain is None or node_reason is None:
+        print(f"megahour epilog job {job}: {summary(verdicts)}", file=sys.stderr)
+        return 1
+    try:
+        if _may_replace(node_reason(node), config.drain_prefix, reason):
+            drain(node, f"{reason} {bad.message}"[:200])
+    except (RuntimeError, ValueError) as exc:
+        print(f"megahour epilog job {job}: {summary(verdicts)}; own drain failed ({exc})", file=sys.stderr)
+        return 1  # Slurm drains the node with "Epilog error": fail closed
+    print(f"megahour epilog job {job}: drained {node}: {summary(verdicts)}", file=sys.stderr)
+    return 0
