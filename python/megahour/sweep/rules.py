@@ -58,7 +58,8 @@ class SweepPolicy:
     # Codes after the prefix that may clear after a reset, reboot or cleanup.
     # Must match megahour.health.checks' reason codes; docs/resilience.md lists them.
     # Left out on purpose (a person must look): gpu_count_mismatch, gpu_model_mismatch,
-    # gpu_bus_ids_mismatch, xid_needs_investigation, xid_recurring, remap_failed.
+    # gpu_bus_ids_mismatch, xid_needs_investigation, xid_contact_support, xid_check_mechanicals,
+    # xid_update_firmware, xid_recurring, remap_failed, dcgm_diag_failed.
     transient_reasons: frozenset[str] = frozenset(
         {
             "ecc_volatile_uncorrected",  # volatile counters reset with the driver
@@ -68,6 +69,12 @@ class SweepPolicy:
             "retired_pages_pending",
             "xid_reset_gpu",
             "xid_restart_bm",  # the Xid check only reads this boot's log
+            "gpu_reset_required",  # a GPU reset or reboot clears it
+            "gpu_init_failed",
+            "ecc_corrected_rate",  # the volatile count restarts with the driver; a new storm drains again
+            "memory_repair_unreadable",
+            "dcgm_diag_unparseable",
+            "dcgm_diag_error",
             "gpu_recovery_action",
             "probe_timeout",
             "gpu_query_failed",
