@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 # sinfo --noheader --Node --format "%N|%t|%E|%H|%u"
 # gpu-1 is in two partitions (gpu, debug), so it is printed twice.
@@ -46,6 +47,18 @@ SQUEUE = """\
 """
 
 
+# Real `sinfo --json` / `squeue --json` output of Debian 12's Slurm 22.05.8 (captures/SOURCES.md).
+CAPTURES = Path(__file__).parent / "captures"
+
+
+def capture(name: str) -> str:
+    return (CAPTURES / name).read_text()
+
+
+SINFO_JSON = capture("sinfo-mixed.json")  # gpu-1: 3 of 4 GPUs allocated...
+SQUEUE_JSON = capture("squeue-mixed.json")  # ...held by jobs 7 (2) and 8 (1): nothing stale
+
+
 def completed(args: Sequence[str], stdout: str = "", stderr: str = "", rc: int = 0):
     return subprocess.CompletedProcess(list(args), rc, stdout, stderr)
 
@@ -80,13 +93,22 @@ class FakeRunner:
         return [c for c in self.calls if " ".join(c).startswith(prefix)]
 
 
-def healthy_runner(sinfo: str = SINFO, reservations: str = RESERVATIONS, squeue: str = SQUEUE) -> FakeRunner:
+def healthy_runner(
+    sinfo: str = SINFO,
+    reservations: str = RESERVATIONS,
+    squeue: str = SQUEUE,
+    sinfo_json: str = SINFO_JSON,
+    squeue_json: str = SQUEUE_JSON,
+) -> FakeRunner:
     return FakeRunner(
         {
             "sinfo": (sinfo, "", 0),
+            "sinfo --json": (sinfo_json, "", 0),
             "scontrol show reservation": (reservations, "", 0),
             "squeue": (squeue, "", 0),
+            "squeue --json": (squeue_json, "", 0),
             "scontrol update": ("", "", 0),
             "scontrol delete": ("", "", 0),
+            "scontrol reconfigure": ("", "", 0),
         }
     )

@@ -25,14 +25,21 @@ from megahour.slurm.jobs import (
 )
 from megahour.slurm.parse import (
     RESERVATIONS_ARGS,
+    SINFO_JSON_ARGS,
     SINFO_NODES_ARGS,
+    SQUEUE_JSON_ARGS,
     SQUEUE_RUNNING_ARGS,
+    JobGpus,
+    NodeGres,
     NodeState,
     Parsed,
     Reservation,
     RunningJob,
+    json_errors,
     parse_reservations,
+    parse_sinfo_gres_json,
     parse_sinfo_nodes,
+    parse_squeue_gpus_json,
     parse_squeue_running,
 )
 
@@ -112,6 +119,14 @@ class SlurmClient:
             raise SlurmQueryError(argv, stderr, f"exited {proc.returncode}", proc.returncode)
         return stdout
 
+    def _run_json(self, args: Sequence[str]) -> str:
+        """``_run`` for a --json query, which exits 0 even when slurmctld could not be reached."""
+        stdout = self._run(args)
+        errors = json_errors(stdout)
+        if errors:
+            raise SlurmQueryError(list(args), "; ".join(errors), "reported errors", 0)
+        return stdout
+
     # Queries -----------------------------------------------------------------
 
     def nodes(self) -> Parsed[NodeState]:
@@ -122,6 +137,14 @@ class SlurmClient:
 
     def running_jobs(self) -> Parsed[RunningJob]:
         return parse_squeue_running(self._run(SQUEUE_RUNNING_ARGS))
+
+    def node_gres(self) -> Parsed[NodeGres]:
+        """Every node's configured and allocated GPUs (``sinfo --json``)."""
+        return parse_sinfo_gres_json(self._run_json(SINFO_JSON_ARGS))
+
+    def job_gpus(self) -> Parsed[JobGpus]:
+        """The GPUs each job that may hold resources has on each of its nodes (``squeue --json``)."""
+        return parse_squeue_gpus_json(self._run_json(SQUEUE_JSON_ARGS))
 
     def hostnames(self, nodelist: str) -> list[str]:
         """A hostlist expression (``gpu-[1-2]``) expanded by ``scontrol show hostnames``."""
@@ -160,6 +183,15 @@ class SlurmClient:
         if not comment or any(c.isspace() for c in comment):
             raise ValueError(f"node comment must be one non-empty token, got {comment!r}")
         self._run(["scontrol", "update", f"NodeName={node}", f"Comment={comment}"])
+
+    def reconfigure(self) -> None:
+        """``scontrol reconfigure``: slurmctld rebuilds every node's CPU, memory and GRES allocation
+        from the jobs it runs (Slurm 22.05: read_slurm_conf -> select_g_reconfigure -> cons_common
+        select_p_reconfigure: gres_node_state_dealloc_all on every node, then job_res_add_job for
+        each running and suspended job). Running jobs are not signalled. It also re-reads
+        slurm.conf and gres.conf, and resets partition states set with scontrol unless
+        ReconfigFlags=KeepPartState; docs/resilience.md says when the sweeper uses it."""
+        self._run(["scontrol", "reconfigure"])
 
     def show_nodes(self) -> str:
         """``scontrol show node --oneliner``: one line per node, every field."""

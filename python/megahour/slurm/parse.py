@@ -13,10 +13,11 @@ the parsers return naive ``datetime`` objects.
 from __future__ import annotations
 
 import itertools
+import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, NamedTuple, TypeVar
+from typing import Any, Generic, NamedTuple, TypeVar
 
 T = TypeVar("T")
 
@@ -358,3 +359,383 @@ def expand_hostlist(text: str) -> list[str]:
     Use ``parse_hostlist`` when a partial answer must not be mistaken for a full one.
     """
     return parse_hostlist(text).items
+
+
+# GPUs: per-node GRES and per-job allocations ---------------------------------
+#
+# Both come from the JSON that Slurm 22.05's sinfo and squeue print with --json (the openapi/v0.0.38
+# dump, in Debian's slurm-wlm-basic-plugins, which slurm-client depends on). JSON, not text: a job's
+# name, command, paths and comment are free text that may hold spaces, "=" and "|", and could forge
+# the "Nodes=... GRES=..." fragments of `scontrol -d show job`. Both commands ignore their other
+# options with --json (squeue lists every job it keeps, of every state) and, when slurmctld cannot be
+# reached, print {"errors": [...], "nodes": []} and exit 0: ``json_errors`` finds those errors so the
+# client can fail instead of reading "no jobs". tests/slurm/captures/ holds real output of both.
+SINFO_JSON_ARGS = ("sinfo", "--json")
+SQUEUE_JSON_ARGS = ("squeue", "--json")
+GPU = "gpu"
+
+# A job in one of these states holds nothing: slurmctld released its GRES when it began to complete
+# (node_scheduler.c deallocate_nodes -> select_g_job_fini). Any other state (RUNNING, SUSPENDED,
+# CONFIGURING, COMPLETING, REQUEUED, RESIZING, SIGNALING, STAGE_OUT, a new one) counts as holding
+# its GPUs: counting too much can only hide a stale allocation, never invent one.
+JOB_STATES_HOLDING_NOTHING = frozenset(
+    {
+        "PENDING",
+        "COMPLETED",
+        "CANCELLED",
+        "FAILED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "BOOT_FAIL",
+        "DEADLINE",
+        "OUT_OF_MEMORY",
+    }
+)
+_GRES_COUNT = re.compile(r"([0-9]{1,18})([KMGTP]?)")
+_GRES_UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30, "T": 1 << 40, "P": 1 << 50}
+_IDX_RANGE = re.compile(r"([0-9]{1,6})(?:-([0-9]{1,6}))?")
+# A node's GPU indices come from a bitmap of its GPUs; no node has this many.
+_MAX_GPU_INDEX = 4096
+
+
+@dataclass(frozen=True)
+class GresItem:
+    """One entry of a GRES string such as ``gpu:h100:3(IDX:0-2)``."""
+
+    name: str  # "gpu"
+    type: str | None  # "h100"; None when untyped ("gpu:2")
+    count: int
+    # From "(IDX:...)": the GPU indices allocated; empty for "(IDX:N/A)"; None when not printed.
+    indices: frozenset[int] | None = None
+
+
+@dataclass(frozen=True)
+class NodeGres:
+    """A node's GPUs as slurmctld counts them (``sinfo --json``)."""
+
+    name: str
+    state: str  # base state, lower case: "idle", "mixed", "allocated", "down", ...
+    flags: frozenset[str]  # upper case: "DRAIN", "NOT_RESPONDING", "COMPLETING", ...
+    gpus: int  # configured (Gres)
+    # GresUsed: the allocation bitmap's view; None when the node reports no GRES.
+    gpus_used: int | None
+    used_indices: frozenset[int] | None  # None when GresUsed printed no IDX (before slurmd registers)
+    # AllocTRES gres/gpu: the allocation counter's view; None when gres/gpu is not a tracked TRES
+    # (AccountingStorageTRES), so AllocTRES cannot show it.
+    gpus_alloc_tres: int | None
+
+    @property
+    def gpus_allocated(self) -> int:
+        """The larger of the two views: the scheduler refuses a GPU either one counts as taken."""
+        return max((v for v in (self.gpus_used, self.gpus_alloc_tres) if v is not None), default=0)
+
+    @property
+    def is_idle(self) -> bool:
+        return self.state == "idle"
+
+
+@dataclass(frozen=True)
+class JobGpus:
+    """The GPUs one job holds on one of its nodes (``squeue --json``)."""
+
+    job_id: str
+    state: str  # as Slurm prints it: "RUNNING", "SUSPENDED", "COMPLETING", ...
+    node: str
+    # 0 for a job without GPUs (or one completing: its GRES are already released); None when the job
+    # asks for GPUs but Slurm printed no per-node GRES, so what it holds on this node is unknown.
+    gpus: int | None
+    indices: frozenset[int] | None  # None when Slurm printed no IDX for this node
+
+
+def _split_outside_parens(text: str) -> list[str] | None:
+    parts: list[str] = []
+    depth = 0
+    start = 0
+    for i, char in enumerate(text):
+        if char == "(":
+            depth += 1
+        elif char == ")":
+            depth -= 1
+            if depth < 0:
+                return None
+        elif char == "," and depth == 0:
+            parts.append(text[start:i])
+            start = i + 1
+    if depth != 0:
+        return None
+    parts.append(text[start:])
+    return parts
+
+
+def _parse_indices(text: str) -> frozenset[int] | None:
+    """ "0-2,5" -> {0, 1, 2, 5}; "N/A" -> {}; None when unreadable."""
+    text = text.strip()
+    if text.upper() == "N/A":
+        return frozenset()
+    indices: set[int] = set()
+    for piece in text.split(","):
+        match = _IDX_RANGE.fullmatch(piece.strip())
+        if not match:
+            return None
+        first = int(match.group(1))
+        last = int(match.group(2)) if match.group(2) is not None else first
+        if last < first or last >= _MAX_GPU_INDEX:
+            return None
+        indices.update(range(first, last + 1))
+    return frozenset(indices)
+
+
+def _parse_gres_item(item: str) -> GresItem | None:
+    item = item.strip()
+    head, paren, tail = item.partition("(")
+    indices: frozenset[int] | None = None
+    if paren:
+        if not tail.endswith(")"):
+            return None
+        inside = tail[:-1]
+        # Other parentheses: socket affinity "(S:0-1)" in Gres, shared-GRES use "(0/100,0/100)".
+        if inside.startswith("IDX:"):
+            indices = _parse_indices(inside[len("IDX:") :])
+            if indices is None:
+                return None
+    parts = head.split(":")
+    if not parts[0] or any(_has_space(p) or not p for p in parts):
+        return None
+    count = 1
+    match = _GRES_COUNT.fullmatch(parts[-1]) if len(parts) > 1 else None
+    if match:
+        count = int(match.group(1)) * _GRES_UNITS[match.group(2)]
+        parts = parts[:-1]
+    if len(parts) > 2:
+        return None
+    return GresItem(parts[0], parts[1] if len(parts) == 2 else None, count, indices)
+
+
+def parse_gres(text: str | None) -> list[GresItem] | None:
+    """A GRES string (Gres, GresUsed, a job's per-node GRES) into items; None when any is unreadable.
+
+    "gpu:h100:3(IDX:0-2)", "gpu:h100:4(S:0-1)", "gpu:2", "gpu", "gpu:a:1(IDX:0),gpu:b:1(IDX:1)";
+    "", "(null)" and "N/A" are no GRES at all.
+    """
+    if text is None or text.strip().lower() in _ABSENT:
+        return []
+    parts = _split_outside_parens(text.strip())
+    if parts is None:
+        return None
+    items = [_parse_gres_item(p) for p in parts]
+    if any(i is None for i in items):
+        return None
+    return [i for i in items if i is not None]
+
+
+def gpu_count(items: list[GresItem]) -> int:
+    return sum(i.count for i in items if i.name == GPU)
+
+
+def gpu_indices(items: list[GresItem]) -> frozenset[int] | None:
+    """The union of the GPU items' indices; None when one of them printed none."""
+    gpus = [i for i in items if i.name == GPU]
+    if any(i.indices is None for i in gpus):
+        return None
+    return frozenset().union(*(i.indices or frozenset() for i in gpus))
+
+
+def tres_gpus(text: str | None) -> int | None:
+    """GPUs in a TRES string ("cpu=2,mem=1G,gres/gpu=4,gres/gpu:a100=4"); None when gres/gpu is absent.
+
+    The untyped ``gres/gpu`` is the total; only typed ones (``gres/gpu:a100``) are summed.
+    """
+    if not text:
+        return None
+    untyped: int | None = None
+    typed = 0
+    seen_typed = False
+    for pair in text.split(","):
+        key, sep, value = pair.strip().partition("=")
+        if not sep or not value.isdigit():
+            continue
+        if key == f"gres/{GPU}":
+            untyped = int(value)
+        elif key.startswith(f"gres/{GPU}:"):
+            typed += int(value)
+            seen_typed = True
+    if untyped is not None:
+        return untyped
+    return typed if seen_typed else None
+
+
+def json_errors(text: str) -> list[str]:
+    """The ``errors`` a Slurm --json answer carries (one line each); [] for none or unreadable JSON."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    errors = data.get("errors") if isinstance(data, dict) else None
+    if not isinstance(errors, list):
+        return []
+    lines = []
+    for error in errors:
+        if isinstance(error, dict):
+            parts = [str(error[k]) for k in ("source", "description", "error") if error.get(k)]
+            lines.append(": ".join(parts) or json.dumps(error, sort_keys=True))
+        else:
+            lines.append(str(error))
+    return lines
+
+
+def _json_list(text: str, key: str, result: Parsed[Any]) -> list[Any] | None:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        result.skipped.append(f"not JSON: {exc}")
+        return None
+    if not isinstance(data, dict) or not isinstance(data.get(key), list):
+        result.skipped.append(f"no {key!r} list in the answer")
+        return None
+    result.skipped.extend(f"Slurm reported: {e}" for e in json_errors(text))
+    return list(data[key])
+
+
+def _node_state(entry: dict[str, Any]) -> tuple[str, frozenset[str]] | None:
+    """22.05 prints "state": "mixed" and "state_flags": ["DRAIN"]; 23.02+ prints ["MIXED", "DRAIN"]."""
+    state = entry.get("state")
+    flags = entry.get("state_flags") or []
+    if isinstance(state, list) and state and all(isinstance(s, str) for s in state):
+        state, flags = state[0], [*state[1:], *flags]
+    if not isinstance(state, str) or not state or not isinstance(flags, list):
+        return None
+    return state.lower(), frozenset(str(f).upper() for f in flags)
+
+
+def parse_sinfo_gres_json(text: str) -> Parsed[NodeGres]:
+    """Parse ``sinfo --json``: one entry per node, each node once."""
+    result: Parsed[NodeGres] = Parsed()
+    entries = _json_list(text, "nodes", result)
+    for entry in entries or []:
+        name = entry.get("name") if isinstance(entry, dict) else None
+        if not isinstance(name, str) or not name or _has_space(name):
+            result.skipped.append(f"node entry without a name: {str(entry)[:200]}")
+            continue
+        state = _node_state(entry)
+        configured = parse_gres(entry.get("gres"))
+        used_text = entry.get("gres_used")
+        used = parse_gres(used_text)
+        if state is None or configured is None or used is None:
+            result.skipped.append(
+                f"node {name}: unreadable state or GRES "
+                f"(state={entry.get('state')!r}, gres={entry.get('gres')!r}, gres_used={used_text!r})"
+            )
+            continue
+        tracked = tres_gpus(entry.get("tres")) is not None
+        alloc_tres = tres_gpus(entry.get("tres_used"))
+        result.items.append(
+            NodeGres(
+                name=name,
+                state=state[0],
+                flags=state[1],
+                gpus=gpu_count(configured),
+                gpus_used=gpu_count(used) if any(i.name == GPU for i in used) else None,
+                used_indices=gpu_indices(used) if any(i.name == GPU for i in used) else None,
+                gpus_alloc_tres=(alloc_tres or 0) if tracked else alloc_tres,
+            )
+        )
+    return result
+
+
+def _job_state(entry: dict[str, Any]) -> str | None:
+    """22.05 prints "job_state": "RUNNING"; 23.11+ prints a list such as ["RUNNING"]."""
+    state = entry.get("job_state")
+    if isinstance(state, list) and state and all(isinstance(s, str) for s in state):
+        return "+".join(s.upper() for s in state)
+    return state.upper() if isinstance(state, str) and state else None
+
+
+def job_holds_resources(state: str) -> bool:
+    """Whether a job in ``state`` ("RUNNING", "COMPLETED+COMPLETING"...) may still hold its GPUs."""
+    parts = set(state.upper().split("+"))
+    return not parts <= JOB_STATES_HOLDING_NOTHING
+
+
+def _wants_gpus(entry: dict[str, Any]) -> bool:
+    asked = " ".join(
+        str(entry.get(k) or "")
+        for k in ("tres_per_node", "tres_per_job", "tres_per_socket", "tres_per_task", "tres_alloc_str")
+    )
+    return GPU in asked
+
+
+def _job_nodes(entry: dict[str, Any]) -> list[str] | None:
+    """The job's nodes in Slurm's order (the order of its per-node GRES list)."""
+    resources = entry.get("job_resources")
+    nodes = entry.get("nodes")
+    if isinstance(resources, dict):
+        allocated = resources.get("allocated_nodes")
+        if isinstance(allocated, list) and allocated:
+            names = [n.get("nodename") if isinstance(n, dict) else None for n in allocated]
+            if all(isinstance(n, str) and n for n in names):
+                return [str(n) for n in names]
+        if isinstance(resources.get("nodes"), str):
+            nodes = resources["nodes"]
+    if nodes is None:
+        return []
+    if not isinstance(nodes, str):
+        return None
+    expanded = parse_hostlist(nodes)
+    return None if expanded.skipped else expanded.items
+
+
+def parse_squeue_gpus_json(text: str) -> Parsed[JobGpus]:
+    """Parse ``squeue --json`` into the GPUs each job that may hold resources has on each node.
+
+    A job whose nodes cannot be told is a note in ``skipped``, so callers know the list is
+    incomplete and must not conclude any node's GPUs are unheld; a job whose nodes are known but
+    whose GPUs on them are not gives entries with ``gpus=None``.
+    """
+    result: Parsed[JobGpus] = Parsed()
+    entries = _json_list(text, "jobs", result)
+    for entry in entries or []:
+        if not isinstance(entry, dict):
+            result.skipped.append(f"job entry is not an object: {str(entry)[:200]}")
+            continue
+        job_id = entry.get("job_id")
+        state = _job_state(entry)
+        if isinstance(job_id, bool) or not isinstance(job_id, int | str) or not str(job_id).strip():
+            result.skipped.append(f"job entry without a job_id: {str(entry)[:200]}")
+            continue
+        job = str(job_id).strip()
+        if state is None:
+            result.skipped.append(f"job {job}: no job_state")
+            continue
+        if not job_holds_resources(state):
+            continue
+        details = entry.get("gres_detail") or []
+        nodes = _job_nodes(entry)
+        if nodes is None or not isinstance(details, list):
+            result.skipped.append(f"job {job} ({state}): unreadable node list or gres_detail")
+            continue
+        if not nodes:
+            if details:
+                result.skipped.append(f"job {job} ({state}): GRES detail but no nodes")
+            continue
+        if not details:
+            # A completing job's GRES were released when it began to complete (its gres_detail is
+            # then empty, tests/slurm/captures/squeue-completing.json); any other job that asks for
+            # GPUs and shows none is unknown on its nodes, and the rule leaves those nodes alone.
+            known = "COMPLETING" in state.split("+") or not _wants_gpus(entry)
+            result.items.extend(
+                JobGpus(job, state, node, 0 if known else None, frozenset() if known else None)
+                for node in nodes
+            )
+            continue
+        if len(details) != len(nodes):
+            result.skipped.append(f"job {job} ({state}): {len(details)} GRES details for {len(nodes)} nodes")
+            continue
+        per_node = [parse_gres(d) if isinstance(d, str) else None for d in details]
+        if any(items is None for items in per_node):
+            result.skipped.append(f"job {job} ({state}): unreadable GRES detail {details!r}")
+            continue
+        for node, items in zip(nodes, per_node, strict=True):
+            assert items is not None
+            result.items.append(JobGpus(job, state, node, gpu_count(items), gpu_indices(items)))
+    return result

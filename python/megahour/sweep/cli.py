@@ -1,4 +1,5 @@
-"""`megahour sweep`: resume healed nodes, delete stranded reservations, raise alerts (systemd timer)."""
+"""`megahour sweep`: resume healed nodes, delete stranded reservations, clear stale GPU allocations,
+raise alerts (systemd timer)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,16 @@ from megahour import cliutil
 if TYPE_CHECKING:
     from rich.console import Console
 
+# sweep.rules.STALE_ALLOCATION_MODES, spelled out so that building the parser imports nothing more.
+STALE_ALLOCATION_CHOICES = ("reconcile", "alert", "off")
+
 
 def register(subparsers: cliutil.Subparsers) -> None:
     p = cliutil.add_command(
         subparsers,
         "sweep",
         _cmd_sweep,
-        help="resume healed nodes, delete stranded reservations, raise alerts",
+        help="resume healed nodes, delete stranded reservations, clear stale GPU allocations, raise alerts",
         exits={
             0: "the sweep ran and every action it took succeeded",
             1: "it did nothing (history unreadable, a Slurm query failed) or an action failed",
@@ -41,6 +45,25 @@ def register(subparsers: cliutil.Subparsers) -> None:
         default=1800,
         help="a megahour- reservation younger than this is in use, not stranded",
     )
+    p.add_argument(
+        "--stale-allocations",
+        choices=STALE_ALLOCATION_CHOICES,
+        default="reconcile",
+        help="GPUs Slurm counts as allocated on a node that no job holds: reconcile (scontrol "
+        "reconfigure, and alert while they stay), alert only, or off (not even queried)",
+    )
+    p.add_argument(
+        "--stale-allocation-grace-seconds",
+        type=int,
+        default=120,
+        help="a node must be seen stale in two sweeps at least this far apart before it counts",
+    )
+    p.add_argument(
+        "--reconcile-cooldown-seconds",
+        type=int,
+        default=3600,
+        help="at most one scontrol reconfigure for stale GPU allocations in this many seconds",
+    )
 
 
 def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
@@ -58,6 +81,9 @@ def _cmd_sweep(args: argparse.Namespace, console: Console) -> int:
         max_resumes_per_run=args.max_resumes,
         drained_idle_alert_after=timedelta(seconds=args.drained_alert_seconds),
         reservation_grace=timedelta(seconds=args.reservation_grace_seconds),
+        stale_allocations=args.stale_allocations,
+        stale_allocation_grace=timedelta(seconds=args.stale_allocation_grace_seconds),
+        reconcile_cooldown=timedelta(seconds=args.reconcile_cooldown_seconds),
     )
     cache: dict[str, dict] = {}
 

@@ -3,7 +3,8 @@
 node_exporter's textfile collector reads ``*.prom`` files; the sweeper writes
 this text atomically. Alert rules belong in Prometheus, keyed on:
 
-- ``megahour_alert_active == 1`` (MegahourNodeDrainedIdle, MegahourNodeFlapping);
+- ``megahour_alert_active == 1`` (MegahourNodeDrainedIdle, MegahourNodeFlapping,
+  MegahourStaleGpuAllocation);
 - ``megahour_sweep_query_ok == 0``: Slurm could not be queried, nothing was done;
 - ``time() - megahour_sweep_last_run_timestamp_seconds`` growing: the timer stopped.
 """
@@ -15,6 +16,7 @@ from datetime import datetime
 
 from megahour.metrics.textfile import Family, render
 from megahour.slurm.parse import NodeState
+from megahour.sweep.allocations import StaleAllocation
 from megahour.sweep.rules import SweepPlan, SweepPolicy, local_naive, reason_code
 
 FOREIGN_CODE = "foreign"  # free-text reasons would explode label cardinality
@@ -30,12 +32,17 @@ def render_metrics(
     resumes_done: int | None = None,
     reservation_deletes_done: int | None = None,
     policy: SweepPolicy | None = None,
+    stale: Sequence[StaleAllocation] = (),
+    reconciles_done: int = 0,
+    allocation_check_ok: bool | None = None,
 ) -> str:
     """The textfile for one run.
 
     ``plan`` is None when the run did nothing (a failed query): then only the
     run-level gauges are written, so no stale node or alert series survive as
-    if they were current. ``resumes_done`` defaults to the plan's resumes.
+    if they were current. ``resumes_done`` defaults to the plan's resumes. ``stale`` are the
+    nodes seen with stale GPU allocations this run (first sightings too); ``allocation_check_ok``
+    is None when that check is off.
     """
     policy = policy or SweepPolicy()
     now_naive = local_naive(now)
@@ -74,6 +81,18 @@ def render_metrics(
     alerts = Family("megahour_alert_active", "An alert condition the sweeper found in this run.")
     for alert in plan.alerts if plan else []:
         alerts.add(1, alertname=alert.name, node=alert.node)
+    stale_gpus = Family(
+        "megahour_node_stale_gpus",
+        "GPUs Slurm counts as allocated on the node beyond what its jobs hold (seen this run).",
+    )
+    for entry in stale if plan else []:
+        stale_gpus.add(max(entry.allocated - entry.held, len(entry.stale_indices or ())), node=entry.node)
+    check = Family(
+        "megahour_sweep_allocation_check_ok",
+        "1 when the stale GPU allocation check ran on complete Slurm data; 0 when it could not.",
+    )
+    if plan and allocation_check_ok is not None:
+        check.add(1 if allocation_check_ok else 0)
     return render(
         [
             drained,
@@ -83,6 +102,12 @@ def render_metrics(
                 "megahour_sweep_reservation_deletes_total",
                 "Stranded megahour reservations deleted by this sweep run.",
             ).add(deletes),
+            Family(
+                "megahour_sweep_gpu_reconciles_total",
+                "scontrol reconfigure runs by this sweep run to clear stale GPU allocations (0 or 1).",
+            ).add(reconciles_done if plan else 0),
+            stale_gpus,
+            check,
             alerts,
             Family("megahour_sweep_last_run_timestamp_seconds", "Unix time of the last sweep run.").add(
                 round(now.timestamp(), 3)

@@ -27,7 +27,7 @@ Alerts. ``MegahourNodeDrainedIdle``: any idle-drained node (whoever drained
 it) drained for longer than ``drained_idle_alert_after``, or with an unknown
 drain time, unless this run resumes it. ``MegahourNodeFlapping``: a node with
 at least ``flap_threshold`` resumes (including this run's) within
-``flap_window``.
+``flap_window``. ``MegahourStaleGpuAllocation``: sweep/allocations.py.
 
 Times are naive local times, as Slurm prints them; aware datetimes are
 converted to local time before comparing.
@@ -44,6 +44,8 @@ from typing import Literal
 from megahour.slurm.parse import NodeState, Reservation, RunningJob, parse_hostlist
 
 ActionKind = Literal["drain", "resume"]
+StaleAllocationMode = Literal["reconcile", "alert", "off"]
+STALE_ALLOCATION_MODES: tuple[StaleAllocationMode, ...] = ("reconcile", "alert", "off")
 ALERT_DRAINED_IDLE = "MegahourNodeDrainedIdle"
 ALERT_FLAPPING = "MegahourNodeFlapping"
 PASS = "PASS"
@@ -100,6 +102,15 @@ class SweepPolicy:
     drained_idle_alert_after: timedelta = timedelta(hours=1)
     flap_window: timedelta = timedelta(hours=24)
     flap_threshold: int = 3
+    # Stale GPU allocations (sweep/allocations.py): "reconcile" runs scontrol reconfigure and
+    # alerts, "alert" only alerts, "off" does not even query.
+    stale_allocations: StaleAllocationMode = "reconcile"
+    # A node must be stale in a previous sweep and for this long before it counts.
+    stale_allocation_grace: timedelta = timedelta(minutes=2)
+    # A sighting older than this is not "the previous sweep" (the timer stopped): start over.
+    stale_allocation_max_gap: timedelta = timedelta(minutes=10)
+    # At most one scontrol reconfigure in this window; past it the alert stays for a human.
+    reconcile_cooldown: timedelta = timedelta(hours=1)
 
 
 @dataclass(frozen=True)

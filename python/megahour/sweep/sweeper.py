@@ -4,6 +4,10 @@ Fail closed: if any Slurm query fails, or the history cannot be read, the run
 resumes nothing and deletes nothing, and says so in the report and metrics.
 Before acting it queries again and acts only on what is still as planned, so
 an admin who re-drained a node in between keeps their reason.
+
+The stale GPU allocation check (``allocations``) has queries of its own (``sinfo --json`` and
+``squeue --json``): when they fail, that check alone is skipped (a warning and
+``megahour_sweep_allocation_check_ok 0``) and the rest of the sweep goes on.
 """
 
 from __future__ import annotations
@@ -18,7 +22,16 @@ from typing import Any
 from megahour.atomicio import atomic_write_text
 from megahour.metrics import textfile
 from megahour.slurm.client import SlurmClient, SlurmQueryError
-from megahour.slurm.parse import NodeState
+from megahour.slurm.parse import JobGpus, NodeGres, NodeState, Parsed
+from megahour.sweep.allocations import (
+    Sighting,
+    StalePlan,
+    forget,
+    plan_stale_allocations,
+    prune_reconciles,
+    stale_alerts,
+    still_stale,
+)
 from megahour.sweep.metrics import render_metrics
 from megahour.sweep.rules import (
     PASS,
@@ -40,8 +53,21 @@ VerdictSource = Callable[[str], str | None]
 HISTORY_VERSION = 1
 
 
+RECONFIGURE = "scontrol reconfigure"
+
+
 class HistoryError(ValueError):
     """The history file exists but is not a history we wrote."""
+
+
+@dataclass
+class SweepHistory:
+    """What the sweeper keeps between runs: its actions (flapping), the nodes it saw with stale GPU
+    allocations (a node must be stale in two sweeps) and its reconfigure runs (cooldown)."""
+
+    actions: list[Action] = field(default_factory=list)
+    sightings: list[Sighting] = field(default_factory=list)
+    reconciles: list[datetime] = field(default_factory=list)
 
 
 @dataclass
@@ -56,6 +82,30 @@ class SweepReport:
     failures: list[tuple[str, str]] = field(default_factory=list)
     alerts: list[Alert] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    stale: StalePlan | None = None  # None when the check is off or the run failed before it
+    reconciled: list[str] = field(default_factory=list)  # stale nodes at the reconfigure this run ran
+    reconcile_cleared: list[str] = field(default_factory=list)  # of those, the ones checked clean after
+
+    def _describe_stale(self, prefix: str) -> list[str]:
+        stale = self.stale
+        if stale is None:
+            return []
+        if not stale.checked:
+            return [f"GPU allocation check not made: {stale.why}"]
+        lines = [
+            f"stale GPU allocation {s.node}: {s.describe()} "
+            f"({'confirmed' if s.confirmed else 'first sighting'} since {s.first_seen.isoformat()})"
+            for s in stale.stale
+        ]
+        lines.extend(f"GPU allocation not judged on {node}: {why}" for node, why in stale.unjudged)
+        if stale.reconcile and self.dry_run:
+            lines.append(f"{prefix}run {RECONFIGURE}: {stale.why}")
+        elif self.reconciled:
+            cleared = ", ".join(self.reconcile_cleared) or "none checked clean"
+            lines.append(f"ran {RECONFIGURE} for {', '.join(self.reconciled)}; cleared: {cleared}")
+        elif stale.stale and not stale.reconcile:
+            lines.append(f"no {RECONFIGURE}: {stale.why}")
+        return lines
 
     def describe(self) -> list[str]:
         """Human lines for the CLI and the journal."""
@@ -67,6 +117,7 @@ class SweepReport:
         deleted = self.plan.reservation_deletes if (self.plan and self.dry_run) else self.reservations_deleted
         lines.extend(f"{prefix}resume {node}" for node in planned)
         lines.extend(f"{prefix}delete reservation {name}" for name in deleted)
+        lines.extend(self._describe_stale(prefix))
         lines.extend(f"failed: {what}: {why}" for what, why in self.failures)
         if self.plan:
             lines.extend(f"skip {node}: {why}" for node, why in self.plan.skipped)
@@ -76,6 +127,7 @@ class SweepReport:
         return lines
 
     def to_dict(self) -> dict[str, Any]:
+        stale = self.stale
         return {
             "ok": self.ok,
             "dry_run": self.dry_run,
@@ -97,6 +149,32 @@ class SweepReport:
                 for a in self.alerts
             ],
             "warnings": self.warnings,
+            "allocation_check": (
+                None
+                if stale is None
+                else {
+                    "checked": stale.checked,
+                    "why": stale.why,
+                    "reconcile_planned": stale.reconcile,
+                    "unjudged": [list(u) for u in stale.unjudged],
+                }
+            ),
+            "stale_allocations": [
+                {
+                    "node": s.node,
+                    "state": s.state,
+                    "gpus": s.configured,
+                    "allocated": s.allocated,
+                    "held": s.held,
+                    "jobs": list(s.jobs),
+                    "stale_indices": sorted(s.stale_indices) if s.stale_indices is not None else None,
+                    "first_seen": s.first_seen.isoformat(),
+                    "confirmed": s.confirmed,
+                }
+                for s in (stale.stale if stale else [])
+            ],
+            "reconciled": self.reconciled,
+            "reconcile_cleared": self.reconcile_cleared,
         }
 
 
@@ -109,10 +187,22 @@ def load_history(path: Path, warnings: list[str] | None = None) -> list[Action]:
     Single malformed entries are dropped (noted in ``warnings``) so one bad
     record does not stop the sweeper for good.
     """
+    return load_sweep_history(path, warnings).actions
+
+
+def _when(text: object) -> datetime:
+    if not isinstance(text, str):
+        raise TypeError(text)
+    return local_naive(datetime.fromisoformat(text))
+
+
+def load_sweep_history(path: Path, warnings: list[str] | None = None) -> SweepHistory:
+    """``load_history`` with the stale-allocation sightings and reconfigure times (absent in files
+    written before them: then empty)."""
     try:
         text = Path(path).read_text()
     except FileNotFoundError:
-        return []
+        return SweepHistory()
     except OSError as exc:
         raise HistoryError(f"cannot read {path}: {exc}") from exc
     try:
@@ -121,23 +211,50 @@ def load_history(path: Path, warnings: list[str] | None = None) -> list[Action]:
         raise HistoryError(f"{path} is not JSON: {exc}") from exc
     if not isinstance(data, dict) or not isinstance(data.get("actions"), list):
         raise HistoryError(f"{path} has no 'actions' list")
-    actions = []
+    history = SweepHistory()
+
+    def dropped(entry: object) -> None:
+        if warnings is not None:
+            warnings.append(f"dropped malformed history entry {entry!r}")
+
     for entry in data["actions"]:
         try:
             kind = entry["kind"]
             if kind not in ("drain", "resume") or not isinstance(entry["node"], str):
                 raise ValueError(kind)
-            actions.append(Action(entry["node"], kind, local_naive(datetime.fromisoformat(entry["at"]))))
+            history.actions.append(Action(entry["node"], kind, _when(entry["at"])))
         except (KeyError, TypeError, ValueError):
-            if warnings is not None:
-                warnings.append(f"dropped malformed history entry {entry!r}")
-    return actions
+            dropped(entry)
+    sightings = data.get("stale_allocations", [])
+    for entry in sightings if isinstance(sightings, list) else [sightings]:
+        try:
+            if not isinstance(entry["node"], str):
+                raise TypeError(entry["node"])
+            history.sightings.append(
+                Sighting(entry["node"], _when(entry["first_seen"]), _when(entry["last_seen"]))
+            )
+        except (KeyError, TypeError, ValueError):
+            dropped(entry)
+    reconciles = data.get("reconciles", [])
+    for entry in reconciles if isinstance(reconciles, list) else [reconciles]:
+        try:
+            history.reconciles.append(_when(entry))
+        except (TypeError, ValueError):
+            dropped(entry)
+    return history
 
 
-def render_history(actions: Sequence[Action]) -> str:
+def render_history(
+    actions: Sequence[Action], sightings: Sequence[Sighting] = (), reconciles: Sequence[datetime] = ()
+) -> str:
     data = {
         "version": HISTORY_VERSION,
         "actions": [{"node": a.node, "kind": a.kind, "at": a.at.isoformat()} for a in actions],
+        "stale_allocations": [
+            {"node": s.node, "first_seen": s.first_seen.isoformat(), "last_seen": s.last_seen.isoformat()}
+            for s in sorted(sightings, key=lambda s: s.node)
+        ],
+        "reconciles": [r.isoformat() for r in sorted(reconciles)],
     }
     return json.dumps(data, indent=2) + "\n"
 
@@ -184,6 +301,75 @@ def _unchanged(planned: NodeState, current: dict[str, NodeState]) -> bool:
     )
 
 
+def _read_allocations(client: SlurmClient) -> tuple[Parsed[NodeGres], Parsed[JobGpus]]:
+    # Nodes first, then jobs: allocations.py ("Races") says why this order.
+    return client.node_gres(), client.job_gpus()
+
+
+def _check_allocations(
+    client: SlurmClient, now: datetime, policy: SweepPolicy, history: SweepHistory, warnings: list[str]
+) -> StalePlan | None:
+    if policy.stale_allocations == "off":
+        return None
+    try:
+        node_gres, job_gpus = _read_allocations(client)
+    except SlurmQueryError as exc:
+        warnings.append(f"GPU allocation check skipped: {exc}")
+        return StalePlan(checked=False, why=f"Slurm query failed: {exc}", sightings=list(history.sightings))
+    warnings.extend(f"sinfo --json: {note}" for note in node_gres.skipped)
+    warnings.extend(f"squeue --json: {note}" for note in job_gpus.skipped)
+    return plan_stale_allocations(
+        node_gres.items,
+        job_gpus.items,
+        now,
+        policy,
+        jobs_complete=job_gpus.complete,
+        nodes_complete=node_gres.complete,
+        sightings=history.sightings,
+        reconciles=history.reconciles,
+    )
+
+
+def _reconcile(client: SlurmClient, stale: StalePlan, report: SweepReport) -> bool:
+    """Re-check, run ``scontrol reconfigure`` if a confirmed node is still stale, then check it cleared.
+
+    True when ``scontrol reconfigure`` was run, even if it failed: one that timed out here may
+    still have run in slurmctld, so it counts for the cooldown.
+    """
+    try:
+        nodes, jobs = _read_allocations(client)
+    except SlurmQueryError as exc:
+        report.failures.append((RECONFIGURE, f"query before acting failed: {exc}"))
+        return False
+    if not (nodes.complete and jobs.complete):
+        report.failures.append((RECONFIGURE, "node or job list incomplete before acting; left alone"))
+        return False
+    targets = still_stale(stale, nodes.items, jobs.items)
+    if not targets:
+        report.failures.append((RECONFIGURE, "no confirmed node is stale any more; left alone"))
+        return False
+    try:
+        client.reconfigure()
+    except SlurmQueryError as exc:
+        report.failures.append((RECONFIGURE, str(exc)))
+        return True
+    report.reconciled = targets
+    try:
+        nodes, jobs = _read_allocations(client)
+    except SlurmQueryError as exc:
+        report.warnings.append(f"could not check what {RECONFIGURE} cleared: {exc}")
+        return True
+    if not (nodes.complete and jobs.complete):
+        report.warnings.append(f"could not check what {RECONFIGURE} cleared: node or job list incomplete")
+        return True
+    left = set(still_stale(stale, nodes.items, jobs.items))
+    report.reconcile_cleared = [n for n in targets if n not in left]
+    report.failures.extend(
+        (node, f"GPU allocation still stale after {RECONFIGURE}") for node in targets if node in left
+    )
+    return True
+
+
 def run_sweep(
     client: SlurmClient,
     verdict_source: VerdictSource,
@@ -208,10 +394,11 @@ def run_sweep(
         return report
 
     try:
-        history = load_history(history_path, warnings)
+        past = load_sweep_history(history_path, warnings)
     except HistoryError as exc:
         # Without history we cannot see flapping; a human must look (the file is left as is).
         return fail_closed(f"history unreadable: {exc}", query_ok=True, history_ok=False)
+    history = past.actions
 
     try:
         nodes = client.nodes()
@@ -223,6 +410,8 @@ def run_sweep(
     warnings.extend(f"sinfo line not understood: {line!r}" for line in nodes.skipped)
     warnings.extend(f"reservation line not understood: {line!r}" for line in reservations.skipped)
     warnings.extend(f"squeue line not understood: {line!r}" for line in jobs.skipped)
+    stale = _check_allocations(client, now, policy, past, warnings)
+    report.stale = stale
 
     candidates = resume_candidates(nodes.items, now, history, policy)
     verdicts = _fresh_verdicts(candidates, verdict_source, max(policy.max_resumes_per_run, 0), warnings)
@@ -239,7 +428,9 @@ def run_sweep(
     report.plan = plan
     report.ok = True
     if dry_run:
-        report.alerts = plan.alerts
+        report.alerts = sorted(
+            [*plan.alerts, *stale_alerts(stale.stale if stale else [])], key=lambda a: (a.name, a.node)
+        )
         return report
 
     actions: list[Action] = []
@@ -286,8 +477,21 @@ def run_sweep(
                     continue
                 report.reservations_deleted.append(name)
 
-    # Alerts for the state we actually left: a resume that failed keeps its drained-idle alert.
-    report.alerts = plan_alerts(nodes.items, now, history, policy, resumed=report.resumed)
+    reconciles = list(past.reconciles)
+    sightings = list(stale.sightings) if stale else []
+    if stale is not None and stale.reconcile and _reconcile(client, stale, report):
+        reconciles.append(now)
+        sightings = forget(sightings, report.reconcile_cleared)
+
+    # Alerts for the state we actually left: a resume that failed keeps its drained-idle alert,
+    # a stale node that the reconfigure did not (checkably) clear keeps its alert.
+    report.alerts = sorted(
+        [
+            *plan_alerts(nodes.items, now, history, policy, resumed=report.resumed),
+            *stale_alerts(stale.stale if stale else [], cleared=report.reconcile_cleared),
+        ],
+        key=lambda a: (a.name, a.node),
+    )
     plan_for_metrics = SweepPlan(
         resumes=report.resumed,
         reservation_deletes=report.reservations_deleted,
@@ -298,7 +502,12 @@ def run_sweep(
 
     try:
         atomic_write_text(
-            Path(history_path), render_history(prune_history([*history, *actions], now, policy))
+            Path(history_path),
+            render_history(
+                prune_history([*history, *actions], now, policy),
+                sightings,
+                prune_reconciles(reconciles, now, policy),
+            ),
         )
     except OSError as exc:
         # The resumes happened; losing their record only weakens flap detection, so say it loudly.
@@ -312,6 +521,9 @@ def run_sweep(
         resumes_done=len(report.resumed),
         reservation_deletes_done=len(report.reservations_deleted),
         policy=policy,
+        stale=stale.stale if stale else (),
+        reconciles_done=1 if report.reconciled else 0,
+        allocation_check_ok=None if stale is None else stale.checked,
     )
     _write_metrics(metrics_path, text, warnings)
     return report

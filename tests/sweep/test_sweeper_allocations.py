@@ -1,0 +1,277 @@
+"""The sweeper's stale GPU allocation check, end to end with a fake Slurm answering real captures."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta
+
+import pytest
+
+from megahour.slurm.client import SlurmClient
+from megahour.sweep.allocations import ALERT_STALE_GPU_ALLOCATION, Sighting
+from megahour.sweep.rules import SweepPolicy
+from megahour.sweep.sweeper import load_history, load_sweep_history, render_history, run_sweep
+from tests.slurm.fixtures import FakeRunner, capture, completed, healthy_runner
+
+NOW = datetime(2026, 11, 29, 14, 30, 0)
+RECONFIGURE = ["scontrol", "reconfigure"]
+# gpu-1 idle with 3 GPUs allocated, and a job list of finished jobs: stale (both real captures).
+STALE_NODE = capture("sinfo-suspended.json")
+NO_JOBS = capture("squeue-idle.json")
+CLEARED_NODE = capture("sinfo-idle.json")
+
+
+@pytest.fixture
+def paths(tmp_path):
+    return tmp_path / "state" / "sweep-history.json", tmp_path / "textfile" / "megahour_sweep.prom"
+
+
+def passing(node: str) -> str:
+    return "PASS"
+
+
+def metric(path, sample: str) -> str | None:
+    for line in path.read_text().splitlines():
+        if line.startswith(sample + " "):
+            return line.split(" ", 1)[1]
+    return None
+
+
+def stale_cluster(cleared_by_reconfigure: bool = True) -> FakeRunner:
+    """A cluster whose gpu-1 holds stale GPUs until `scontrol reconfigure` (if it clears them)."""
+    runner = healthy_runner(sinfo_json=STALE_NODE, squeue_json=NO_JOBS)
+
+    def sinfo_json(argv):
+        cleared = cleared_by_reconfigure and RECONFIGURE in runner.calls
+        return completed(argv, CLEARED_NODE if cleared else STALE_NODE)
+
+    runner.responses["sinfo --json"] = sinfo_json
+    return runner
+
+
+def sweep(runner, paths, now=NOW, policy=None, dry_run=False):
+    history_path, metrics_path = paths
+    return run_sweep(SlurmClient(runner=runner), passing, history_path, metrics_path, policy, now, dry_run)
+
+
+def test_first_sighting_waits_then_the_second_sweep_reconciles_and_checks(paths):
+    history_path, metrics_path = paths
+    runner = stale_cluster()
+    first = sweep(runner, paths)
+    assert first.ok and runner.commands("scontrol reconfigure") == []
+    (stale,) = first.stale.stale
+    assert not stale.confirmed and first.alerts == [
+        a for a in first.alerts if a.name != ALERT_STALE_GPU_ALLOCATION
+    ]
+    assert load_sweep_history(history_path).sightings == [Sighting("gpu-1", NOW, NOW)]
+    assert metric(metrics_path, 'megahour_node_stale_gpus{node="gpu-1"}') == "3"
+    assert metric(metrics_path, "megahour_sweep_allocation_check_ok") == "1"
+    assert metric(metrics_path, "megahour_sweep_gpu_reconciles_total") == "0"
+    assert any(
+        line.startswith("no scontrol reconfigure: waiting for a second sighting") for line in first.describe()
+    )
+
+    later = NOW + timedelta(minutes=2)
+    second = sweep(runner, paths, later)
+    assert runner.commands("scontrol reconfigure") == [RECONFIGURE]
+    assert second.reconciled == ["gpu-1"] and second.reconcile_cleared == ["gpu-1"]
+    assert second.failures == []
+    assert ALERT_STALE_GPU_ALLOCATION not in {a.name for a in second.alerts}
+    history = load_sweep_history(history_path)
+    assert history.reconciles == [later] and history.sightings == []
+    assert metric(metrics_path, "megahour_sweep_gpu_reconciles_total") == "1"
+    assert "ran scontrol reconfigure for gpu-1; cleared: gpu-1" in second.describe()
+    # Plan, re-check before acting, check after: the node and job lists each read three times.
+    assert len(runner.commands("sinfo --json")) == 1 + 3 and len(runner.commands("squeue --json")) == 1 + 3
+    # The resumes and reservation deletes of the same runs went on as usual.
+    assert first.resumed == ["gpu-1", "gpu-2"]
+
+
+def test_still_stale_after_the_reconfigure_alerts_and_cools_down(paths):
+    history_path, metrics_path = paths
+    runner = stale_cluster(cleared_by_reconfigure=False)
+    history_path.parent.mkdir(parents=True)
+    history_path.write_text(
+        render_history([], [Sighting("gpu-1", NOW - timedelta(minutes=3), NOW - timedelta(minutes=1))])
+    )
+    report = sweep(runner, paths)
+    assert runner.commands("scontrol reconfigure") == [RECONFIGURE]
+    assert report.reconciled == ["gpu-1"] and report.reconcile_cleared == []
+    assert ("gpu-1", "GPU allocation still stale after scontrol reconfigure") in report.failures
+    (alert,) = [a for a in report.alerts if a.name == ALERT_STALE_GPU_ALLOCATION]
+    assert alert.node == "gpu-1" and alert.since == NOW - timedelta(minutes=3)
+    assert (
+        metric(metrics_path, 'megahour_alert_active{alertname="MegahourStaleGpuAllocation",node="gpu-1"}')
+        == "1"
+    )
+    assert load_sweep_history(history_path).sightings == [Sighting("gpu-1", NOW - timedelta(minutes=3), NOW)]
+
+    again = sweep(runner, paths, NOW + timedelta(minutes=1))
+    assert runner.commands("scontrol reconfigure") == [RECONFIGURE]  # cooldown: not a second time
+    assert again.stale.why.startswith("last scontrol reconfigure 1m ago, cooldown 1h")
+    assert ALERT_STALE_GPU_ALLOCATION in {a.name for a in again.alerts}
+    assert metric(metrics_path, "megahour_sweep_gpu_reconciles_total") == "0"
+
+
+def test_a_node_that_is_no_longer_stale_at_the_recheck_is_left_alone(paths):
+    history_path, _ = paths
+    runner = healthy_runner(squeue_json=NO_JOBS)
+    answers = iter([STALE_NODE, CLEARED_NODE, CLEARED_NODE])
+    runner.responses["sinfo --json"] = lambda argv: completed(argv, next(answers))
+    history_path.parent.mkdir(parents=True)
+    history_path.write_text(
+        render_history([], [Sighting("gpu-1", NOW - timedelta(minutes=3), NOW - timedelta(minutes=1))])
+    )
+    report = sweep(runner, paths)
+    assert report.stale.reconcile and runner.commands("scontrol reconfigure") == []
+    assert ("scontrol reconfigure", "no confirmed node is stale any more; left alone") in report.failures
+
+
+def test_a_mixed_node_whose_jobs_hold_every_gpu_is_left_alone(paths):
+    _, metrics_path = paths
+    runner = healthy_runner()  # the real "mixed" captures: 3 GPUs allocated, jobs 7 and 8 hold 3
+    report = sweep(runner, paths)
+    assert report.stale.checked and report.stale.stale == []
+    assert runner.commands("scontrol reconfigure") == []
+    assert "megahour_node_stale_gpus{" not in metrics_path.read_text()
+    assert metric(metrics_path, "megahour_sweep_allocation_check_ok") == "1"
+
+
+def test_a_partial_job_list_does_nothing_and_keeps_the_sightings(paths):
+    history_path, metrics_path = paths
+    jobs = json.loads(NO_JOBS)
+    jobs["jobs"].append({"job_id": 77, "job_state": "RUNNING", "nodes": "gpu-[1"})
+    runner = healthy_runner(sinfo_json=STALE_NODE, squeue_json=json.dumps(jobs))
+    before = Sighting("gpu-1", NOW - timedelta(minutes=3), NOW - timedelta(minutes=1))
+    history_path.parent.mkdir(parents=True)
+    history_path.write_text(render_history([], [before]))
+    report = sweep(runner, paths)
+    assert not report.stale.checked and report.stale.why == "job list incomplete"
+    assert runner.commands("scontrol reconfigure") == []
+    assert load_sweep_history(history_path).sightings == [before]
+    assert metric(metrics_path, "megahour_sweep_allocation_check_ok") == "0"
+    assert any("squeue --json: job 77" in w for w in report.warnings)
+    assert "GPU allocation check not made: job list incomplete" in report.describe()
+
+
+def test_slurm_errors_in_json_skip_only_the_allocation_check(paths):
+    _, metrics_path = paths
+    # squeue --json exits 0 with an "errors" list when slurmctld cannot be reached (real capture).
+    runner = healthy_runner(squeue_json=capture("squeue-controller-down.json"))
+    report = sweep(runner, paths)
+    assert report.ok and report.resumed == ["gpu-1", "gpu-2"]
+    assert not report.stale.checked and "Slurm query failed" in report.stale.why
+    assert any("GPU allocation check skipped" in w for w in report.warnings)
+    assert metric(metrics_path, "megahour_sweep_allocation_check_ok") == "0"
+    assert metric(metrics_path, "megahour_sweep_query_ok") == "1"
+
+
+def test_dry_run_says_it_would_reconcile_and_does_not(paths):
+    history_path, metrics_path = paths
+    runner = stale_cluster()
+    history_path.parent.mkdir(parents=True)
+    history_path.write_text(
+        render_history([], [Sighting("gpu-1", NOW - timedelta(minutes=3), NOW - timedelta(minutes=1))])
+    )
+    report = sweep(runner, paths, dry_run=True)
+    assert runner.commands("scontrol reconfigure") == [] and not metrics_path.exists()
+    assert "dry run: would run scontrol reconfigure: stale GPU allocations on gpu-1" in report.describe()
+    assert ALERT_STALE_GPU_ALLOCATION in {a.name for a in report.alerts}
+    data = report.to_dict()
+    json.dumps(data)
+    assert data["allocation_check"]["reconcile_planned"] is True
+    assert data["stale_allocations"][0] | {"first_seen": None} == {
+        "node": "gpu-1",
+        "state": "idle",
+        "gpus": 4,
+        "allocated": 3,
+        "held": 0,
+        "jobs": [],
+        "stale_indices": [0, 1, 2],
+        "first_seen": None,
+        "confirmed": True,
+    }
+
+
+def test_alert_mode_never_reconfigures(paths):
+    history_path, _ = paths
+    runner = stale_cluster()
+    history_path.parent.mkdir(parents=True)
+    history_path.write_text(
+        render_history([], [Sighting("gpu-1", NOW - timedelta(minutes=3), NOW - timedelta(minutes=1))])
+    )
+    report = sweep(runner, paths, policy=SweepPolicy(stale_allocations="alert"))
+    assert runner.commands("scontrol reconfigure") == []
+    assert ALERT_STALE_GPU_ALLOCATION in {a.name for a in report.alerts}
+
+
+def test_off_mode_runs_no_gpu_queries(paths):
+    _, metrics_path = paths
+    runner = stale_cluster()
+    report = sweep(runner, paths, policy=SweepPolicy(stale_allocations="off"))
+    assert report.stale is None and report.to_dict()["allocation_check"] is None
+    assert runner.commands("sinfo --json") == [] and runner.commands("squeue --json") == []
+    assert metric(metrics_path, "megahour_sweep_allocation_check_ok") is None
+
+
+def test_history_files_written_before_the_check_still_load(paths):
+    history_path, _ = paths
+    history_path.parent.mkdir(parents=True)
+    history_path.write_text(
+        json.dumps(
+            {"version": 1, "actions": [{"node": "gpu-1", "kind": "resume", "at": "2026-11-29T12:00:00"}]}
+        )
+    )
+    history = load_sweep_history(history_path)
+    assert (
+        [a.node for a in history.actions] == ["gpu-1"]
+        and history.sightings == []
+        and history.reconciles == []
+    )
+    warnings: list[str] = []
+    history_path.write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "actions": [],
+                "stale_allocations": [{"node": "gpu-1", "first_seen": "x", "last_seen": "y"}, {"node": 3}],
+                "reconciles": ["2026-11-29T12:00:00", None],
+            }
+        )
+    )
+    history = load_sweep_history(history_path, warnings)
+    assert (
+        history.sightings == [] and history.reconciles == [datetime(2026, 11, 29, 12)] and len(warnings) == 3
+    )
+    assert load_history(history_path) == []
+
+
+def test_a_failed_reconfigure_still_counts_for_the_cooldown(paths):
+    history_path, _ = paths
+    runner = stale_cluster(cleared_by_reconfigure=False)
+    runner.responses["scontrol reconfigure"] = (
+        "",
+        "slurm_reconfigure error: Socket timed out on send/recv\n",
+        1,
+    )
+    history_path.parent.mkdir(parents=True)
+    history_path.write_text(
+        render_history([], [Sighting("gpu-1", NOW - timedelta(minutes=3), NOW - timedelta(minutes=1))])
+    )
+    report = sweep(runner, paths)
+    assert report.reconciled == [] and report.failures[0][0] == "scontrol reconfigure"
+    assert "Socket timed out" in report.failures[0][1]
+    assert load_sweep_history(history_path).reconciles == [NOW]
+    assert ALERT_STALE_GPU_ALLOCATION in {a.name for a in report.alerts}
+
+
+def test_the_cli_options_parse():
+    from megahour.cli import build_parser
+
+    argv = ["sweep", "--stale-allocations", "alert", "--stale-allocation-grace-seconds", "60"]
+    args = build_parser().parse_args([*argv, "--reconcile-cooldown-seconds", "600"])
+    assert args.stale_allocations == "alert"
+    assert (args.stale_allocation_grace_seconds, args.reconcile_cooldown_seconds) == (60, 600)
+    assert build_parser().parse_args(["sweep"]).stale_allocations == "reconcile"
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sweep", "--stale-allocations", "always"])
