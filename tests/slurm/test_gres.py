@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 
 import pytest
 
@@ -18,6 +19,7 @@ from megahour.slurm.parse import (
     parse_gres,
     parse_sinfo_gres_json,
     parse_squeue_gpus_json,
+    parse_sstat_job_ids,
     tres_gpus,
 )
 from tests.slurm.fixtures import FakeRunner, capture
@@ -116,12 +118,24 @@ def test_non_json_answers_are_skipped_not_raised(text):
 
 
 def test_running_jobs_gpus_per_node_and_finished_or_pending_jobs_left_out():
-    assert _jobs("squeue-mixed.json") == [
-        JobGpus("7", "RUNNING", "gpu-1", 2, frozenset({0, 1})),
+    jobs = _jobs("squeue-mixed.json")
+    assert [(j.job_id, j.state, j.node, j.gpus, j.indices) for j in jobs] == [
+        ("7", "RUNNING", "gpu-1", 2, frozenset({0, 1})),
         # Job 8's name is "eval b=1": free text that JSON keeps apart from the fields.
-        JobGpus("8", "RUNNING", "gpu-1", 1, frozenset({2})),
-        JobGpus("9", "RUNNING", "gpu-1", 0, frozenset()),
+        ("8", "RUNNING", "gpu-1", 1, frozenset({2})),
+        ("9", "RUNNING", "gpu-1", 0, frozenset()),
     ]
+    # sbatch jobs, with the start time 22.05 prints as epoch seconds (what the phantom check reads).
+    assert all(j.batch for j in jobs)
+    raw = {str(j["job_id"]): j["start_time"] for j in json.loads(capture("squeue-mixed.json"))["jobs"]}
+    assert all(j.start_time == datetime.fromtimestamp(raw[j.job_id]) for j in jobs)
+
+
+def test_sstat_lists_the_jobs_whose_batch_step_a_node_runs():
+    # `sstat --noheader --parsable2 --format JobID --jobs 8.batch,9.batch` on the faults cluster, where job 8
+    # was a phantom (a controller restored from an older state): only the live job's step is printed.
+    assert parse_sstat_job_ids("9.batch\n") == {"9"}
+    assert parse_sstat_job_ids("") == set()
 
 
 def test_suspended_jobs_hold_their_gpus():

@@ -275,3 +275,65 @@ def test_the_cli_options_parse():
     assert build_parser().parse_args(["sweep"]).stale_allocations == "reconcile"
     with pytest.raises(SystemExit):
         build_parser().parse_args(["sweep", "--stale-allocations", "always"])
+
+
+MIXED_NODE = capture("sinfo-mixed.json")  # gpu-1: 3 of 4 GPUs allocated ...
+MIXED_JOBS = capture("squeue-mixed.json")  # ... to batch jobs 7 (2) and 8 (1), started at STARTED
+STARTED = datetime.fromtimestamp(
+    next(j["start_time"] for j in json.loads(MIXED_JOBS)["jobs"] if j["job_id"] == 7)
+)
+
+
+def phantom_cluster() -> FakeRunner:
+    """Job 8 is a phantom: slurmctld (restored from an older state) counts it running on gpu-1, but no
+    node runs its batch step, so sstat lists only job 7's. `scontrol reconfigure` makes the slurmds
+    register, slurmctld requeues the phantom, and its GPU is free (the faults scenario's case (k))."""
+    runner = healthy_runner(sinfo_json=MIXED_NODE, squeue_json=MIXED_JOBS)
+    runner.responses["sstat"] = ("7.batch\n", "", 0)
+
+    def after_reconfigure(live, gone):
+        def answer(argv):
+            return completed(argv, gone if RECONFIGURE in runner.calls else live)
+
+        return answer
+
+    without_8 = json.loads(MIXED_JOBS)
+    without_8["jobs"] = [j for j in without_8["jobs"] if j["job_id"] != 8]
+    runner.responses["squeue --json"] = after_reconfigure(MIXED_JOBS, json.dumps(without_8))
+    cleared = json.loads(MIXED_NODE)
+    node = cleared["nodes"][0]
+    node["gres_used"] = node["gres_used"].replace("gpu:h100:3(IDX:0-2)", "gpu:h100:2(IDX:0-1)")
+    node["tres_used"] = (node["tres_used"] or "").replace("gres/gpu=3", "gres/gpu=2")
+    runner.responses["sinfo --json"] = after_reconfigure(MIXED_NODE, json.dumps(cleared))
+    return runner
+
+
+def test_a_phantom_job_no_node_runs_frees_its_gpus_through_the_reconcile(paths):
+    runner = phantom_cluster()
+    first = sweep(runner, paths, STARTED + timedelta(minutes=5))
+    (stale,) = first.stale.stale
+    assert (stale.node, stale.allocated, stale.held, stale.jobs) == ("gpu-1", 3, 2, ("7", "9"))
+    assert any(
+        "job 8: slurmctld counts it running but no node runs its batch step" in w for w in first.warnings
+    )
+    # Only jobs old enough to have started their script are asked about, all in one sstat call.
+    assert runner.commands("sstat") == [
+        ["sstat", "--noheader", "--parsable2", "--format", "JobID", "--jobs", "7.batch,8.batch"]
+    ]
+    second = sweep(runner, paths, STARTED + timedelta(minutes=7))
+    assert runner.commands("scontrol reconfigure") == [RECONFIGURE]
+    assert second.reconcile_cleared == ["gpu-1"] and second.failures == []
+
+
+def test_a_job_too_young_for_its_script_is_never_called_a_phantom(paths):
+    runner = phantom_cluster()
+    report = sweep(runner, paths, STARTED + timedelta(seconds=30))
+    assert runner.commands("sstat") == [] and report.stale.stale == []
+
+
+def test_sstat_failing_skips_only_the_allocation_check(paths):
+    runner = phantom_cluster()
+    runner.responses["sstat"] = ("", "sstat: error: slurm_job_step_stat: timed out", 1)
+    report = sweep(runner, paths, STARTED + timedelta(minutes=5))
+    assert report.ok and report.stale is not None and not report.stale.checked
+    assert runner.commands("scontrol reconfigure") == []

@@ -29,6 +29,7 @@ from megahour.slurm.parse import (
     SINFO_NODES_ARGS,
     SQUEUE_JSON_ARGS,
     SQUEUE_RUNNING_ARGS,
+    SSTAT_BATCH_ARGS,
     JobGpus,
     NodeGres,
     NodeState,
@@ -41,6 +42,7 @@ from megahour.slurm.parse import (
     parse_sinfo_nodes,
     parse_squeue_gpus_json,
     parse_squeue_running,
+    parse_sstat_job_ids,
 )
 
 # Same call shape as subprocess.run; tests inject a fake.
@@ -145,6 +147,19 @@ class SlurmClient:
     def job_gpus(self) -> Parsed[JobGpus]:
         """The GPUs each job that may hold resources has on each of its nodes (``squeue --json``)."""
         return parse_squeue_gpus_json(self._run_json(SQUEUE_JSON_ARGS))
+
+    def live_batch_jobs(self, job_ids: Sequence[str]) -> set[str]:
+        """Which of ``job_ids`` have a batch step some node's slurmd is running (``sstat``).
+
+        sstat asks each job's node for the step, so a job slurmctld counts as running that no node
+        runs (a *phantom*, left by a controller restored from an older state) is missing from it.
+        """
+        for job in job_ids:
+            if not job.isdigit():
+                raise ValueError(f"job id must be digits, got {job!r}")
+        if not job_ids:
+            return set()
+        return parse_sstat_job_ids(self._run([*SSTAT_BATCH_ARGS, ",".join(f"{j}.batch" for j in job_ids)]))
 
     def hostnames(self, nodelist: str) -> list[str]:
         """A hostlist expression (``gpu-[1-2]``) expanded by ``scontrol show hostnames``."""

@@ -446,6 +446,27 @@ class JobGpus:
     # asks for GPUs but Slurm printed no per-node GRES, so what it holds on this node is unknown.
     gpus: int | None
     indices: frozenset[int] | None  # None when Slurm printed no IDX for this node
+    # What the phantom check reads (sweep/allocations.phantom_candidates); not part of what a job holds,
+    # so left out of equality.
+    batch: bool = field(default=False, compare=False)  # sbatch: its script runs as step <job>.batch
+    start_time: datetime | None = field(default=None, compare=False)
+
+
+def _epoch(value: Any) -> datetime | None:
+    """squeue --json times: epoch seconds (22.05), or {"set": true, "number": N} (23.02 and later)."""
+    if isinstance(value, dict):
+        value = value.get("number") if value.get("set", True) else None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        return None
+    return datetime.fromtimestamp(value)
+
+
+SSTAT_BATCH_ARGS = ("sstat", "--noheader", "--parsable2", "--format", "JobID", "--jobs")
+
+
+def parse_sstat_job_ids(text: str) -> set[str]:
+    """Job ids whose steps ``sstat --format JobID`` listed (``9.batch`` -> ``9``)."""
+    return {line.strip().split(".", 1)[0] for line in text.splitlines() if line.strip()}
 
 
 def _split_outside_parens(text: str) -> list[str] | None:
@@ -718,13 +739,17 @@ def parse_squeue_gpus_json(text: str) -> Parsed[JobGpus]:
             if details:
                 result.skipped.append(f"job {job} ({state}): GRES detail but no nodes")
             continue
+        batch = entry.get("batch_flag") is True
+        started = _epoch(entry.get("start_time"))
         if not details:
             # A completing job's GRES were released when it began to complete (its gres_detail is
             # then empty, tests/slurm/captures/squeue-completing.json); any other job that asks for
             # GPUs and shows none is unknown on its nodes, and the rule leaves those nodes alone.
             known = "COMPLETING" in state.split("+") or not _wants_gpus(entry)
             result.items.extend(
-                JobGpus(job, state, node, 0 if known else None, frozenset() if known else None)
+                JobGpus(
+                    job, state, node, 0 if known else None, frozenset() if known else None, batch, started
+                )
                 for node in nodes
             )
             continue
@@ -737,5 +762,7 @@ def parse_squeue_gpus_json(text: str) -> Parsed[JobGpus]:
             continue
         for node, items in zip(nodes, per_node, strict=True):
             assert items is not None
-            result.items.append(JobGpus(job, state, node, gpu_count(items), gpu_indices(items)))
+            result.items.append(
+                JobGpus(job, state, node, gpu_count(items), gpu_indices(items), batch, started)
+            )
     return result

@@ -131,6 +131,30 @@ def find_stale(
     return stale, unjudged
 
 
+def phantom_candidates(jobs: Iterable[JobGpus], now: datetime, grace: timedelta) -> list[str]:
+    """Running batch jobs holding GPUs that started at least ``grace`` ago, for ``sstat`` to confirm.
+
+    A controller restored from an older state directory counts jobs as running that no node runs
+    (cancelled or finished since that state was saved); they hold their GPUs until slurmd next
+    registers. A batch job's script runs as its ``batch`` step on the batch host within seconds of
+    its start, so one that old with no batch step on any node is such a *phantom*, and its GPUs are
+    held by no job: the stale rule then counts them like any other unheld allocation.
+    """
+    now = local_naive(now)
+    return sorted(
+        {
+            job.job_id
+            for job in jobs
+            if job.batch
+            and job.state == "RUNNING"
+            and (job.gpus or 0) > 0
+            and job.start_time is not None
+            and now - local_naive(job.start_time) >= grace
+        },
+        key=lambda j: (len(j), j),
+    )
+
+
 def _previous(sightings: Iterable[Sighting]) -> dict[str, Sighting]:
     latest: dict[str, Sighting] = {}
     for s in sightings:

@@ -27,6 +27,7 @@ from megahour.sweep.allocations import (
     Sighting,
     StalePlan,
     forget,
+    phantom_candidates,
     plan_stale_allocations,
     prune_reconciles,
     stale_alerts,
@@ -301,9 +302,21 @@ def _unchanged(planned: NodeState, current: dict[str, NodeState]) -> bool:
     )
 
 
-def _read_allocations(client: SlurmClient) -> tuple[Parsed[NodeGres], Parsed[JobGpus]]:
+def _read_allocations(
+    client: SlurmClient, now: datetime, policy: SweepPolicy, phantoms: list[str] | None = None
+) -> tuple[Parsed[NodeGres], Parsed[JobGpus]]:
+    """Every node's GPUs, and the GPUs jobs hold, less the phantom jobs no node runs (``phantoms``
+    gets their ids)."""
     # Nodes first, then jobs: allocations.py ("Races") says why this order.
-    return client.node_gres(), client.job_gpus()
+    nodes, jobs = client.node_gres(), client.job_gpus()
+    candidates = phantom_candidates(jobs.items, now, policy.stale_allocation_grace)
+    if candidates:
+        ghosts = set(candidates) - client.live_batch_jobs(candidates)
+        if ghosts:
+            jobs = Parsed(items=[j for j in jobs.items if j.job_id not in ghosts], skipped=jobs.skipped)
+            if phantoms is not None:
+                phantoms.extend(sorted(ghosts, key=lambda j: (len(j), j)))
+    return nodes, jobs
 
 
 def _check_allocations(
@@ -312,12 +325,17 @@ def _check_allocations(
     if policy.stale_allocations == "off":
         return None
     try:
-        node_gres, job_gpus = _read_allocations(client)
+        phantoms: list[str] = []
+        node_gres, job_gpus = _read_allocations(client, now, policy, phantoms)
     except SlurmQueryError as exc:
         warnings.append(f"GPU allocation check skipped: {exc}")
         return StalePlan(checked=False, why=f"Slurm query failed: {exc}", sightings=list(history.sightings))
     warnings.extend(f"sinfo --json: {note}" for note in node_gres.skipped)
     warnings.extend(f"squeue --json: {note}" for note in job_gpus.skipped)
+    warnings.extend(
+        f"job {job}: slurmctld counts it running but no node runs its batch step (a phantom holding GPUs)"
+        for job in phantoms
+    )
     return plan_stale_allocations(
         node_gres.items,
         job_gpus.items,
@@ -330,14 +348,16 @@ def _check_allocations(
     )
 
 
-def _reconcile(client: SlurmClient, stale: StalePlan, report: SweepReport) -> bool:
+def _reconcile(
+    client: SlurmClient, stale: StalePlan, report: SweepReport, now: datetime, policy: SweepPolicy
+) -> bool:
     """Re-check, run ``scontrol reconfigure`` if a confirmed node is still stale, then check it cleared.
 
     True when ``scontrol reconfigure`` was run, even if it failed: one that timed out here may
     still have run in slurmctld, so it counts for the cooldown.
     """
     try:
-        nodes, jobs = _read_allocations(client)
+        nodes, jobs = _read_allocations(client, now, policy)
     except SlurmQueryError as exc:
         report.failures.append((RECONFIGURE, f"query before acting failed: {exc}"))
         return False
@@ -355,7 +375,7 @@ def _reconcile(client: SlurmClient, stale: StalePlan, report: SweepReport) -> bo
         return True
     report.reconciled = targets
     try:
-        nodes, jobs = _read_allocations(client)
+        nodes, jobs = _read_allocations(client, now, policy)
     except SlurmQueryError as exc:
         report.warnings.append(f"could not check what {RECONFIGURE} cleared: {exc}")
         return True
@@ -479,7 +499,7 @@ def run_sweep(
 
     reconciles = list(past.reconciles)
     sightings = list(stale.sightings) if stale else []
-    if stale is not None and stale.reconcile and _reconcile(client, stale, report):
+    if stale is not None and stale.reconcile and _reconcile(client, stale, report, now, policy):
         reconciles.append(now)
         sightings = forget(sightings, report.reconcile_cleared)
 
