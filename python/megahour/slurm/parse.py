@@ -254,17 +254,20 @@ def _has_space(text: str) -> bool:
     return any(c.isspace() for c in text)
 
 
-def _split_top_level(text: str) -> list[str] | None:
-    """Split on commas outside brackets; None when brackets do not balance."""
+def _split_top_level(
+    text: str, opening: str = "[", closing: str = "]", max_depth: int = 1
+) -> list[str] | None:
+    """Split on commas outside brackets (hostlists: ``[...]``, one level; GRES: ``(...)``, any depth);
+    None when they do not balance or nest deeper than ``max_depth``."""
     parts: list[str] = []
     depth = 0
     start = 0
     for i, char in enumerate(text):
-        if char == "[":
+        if char == opening:
             depth += 1
-            if depth > 1:
+            if depth > max_depth:
                 return None
-        elif char == "]":
+        elif char == closing:
             depth -= 1
             if depth < 0:
                 return None
@@ -469,26 +472,6 @@ def parse_sstat_job_ids(text: str) -> set[str]:
     return {line.strip().split(".", 1)[0] for line in text.splitlines() if line.strip()}
 
 
-def _split_outside_parens(text: str) -> list[str] | None:
-    parts: list[str] = []
-    depth = 0
-    start = 0
-    for i, char in enumerate(text):
-        if char == "(":
-            depth += 1
-        elif char == ")":
-            depth -= 1
-            if depth < 0:
-                return None
-        elif char == "," and depth == 0:
-            parts.append(text[start:i])
-            start = i + 1
-    if depth != 0:
-        return None
-    parts.append(text[start:])
-    return parts
-
-
 def _parse_indices(text: str) -> frozenset[int] | None:
     """ "0-2,5" -> {0, 1, 2, 5}; "N/A" -> {}; None when unreadable."""
     text = text.strip()
@@ -541,7 +524,7 @@ def parse_gres(text: str | None) -> list[GresItem] | None:
     """
     if text is None or text.strip().lower() in _ABSENT:
         return []
-    parts = _split_outside_parens(text.strip())
+    parts = _split_top_level(text.strip(), "(", ")", max_depth=len(text))
     if parts is None:
         return None
     items = [_parse_gres_item(p) for p in parts]
