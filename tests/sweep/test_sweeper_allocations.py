@@ -15,6 +15,7 @@ from tests.slurm.fixtures import FakeRunner, capture, completed, healthy_runner
 
 NOW = datetime(2026, 11, 29, 14, 30, 0)
 RECONFIGURE = ["scontrol", "reconfigure"]
+REQUEUE_8 = ["scontrol", "requeue", "8"]
 # gpu-1 idle with 3 GPUs allocated, and a job list of finished jobs: stale (both real captures).
 STALE_NODE = capture("sinfo-suspended.json")
 NO_JOBS = capture("squeue-idle.json")
@@ -286,14 +287,15 @@ STARTED = datetime.fromtimestamp(
 
 def phantom_cluster() -> FakeRunner:
     """Job 8 is a phantom: slurmctld (restored from an older state) counts it running on gpu-1, but no
-    node runs its batch step, so sstat lists only job 7's. `scontrol reconfigure` makes the slurmds
-    register, slurmctld requeues the phantom, and its GPU is free (the faults scenario's case (k))."""
+    node runs its batch step, so sstat lists only job 7's. Once requeued, its GPU is free (the faults
+    scenario's case (k))."""
     runner = healthy_runner(sinfo_json=MIXED_NODE, squeue_json=MIXED_JOBS)
+    runner.responses["scontrol requeue"] = ("", "", 0)
     runner.responses["sstat"] = ("7.batch\n", "", 0)
 
     def after_reconfigure(live, gone):
         def answer(argv):
-            return completed(argv, gone if RECONFIGURE in runner.calls else live)
+            return completed(argv, gone if REQUEUE_8 in runner.calls else live)
 
         return answer
 
@@ -314,15 +316,21 @@ def test_a_phantom_job_no_node_runs_frees_its_gpus_through_the_reconcile(paths):
     (stale,) = first.stale.stale
     assert (stale.node, stale.allocated, stale.held, stale.jobs) == ("gpu-1", 3, 2, ("7", "9"))
     assert any(
-        "job 8: slurmctld counts it running but no node runs its batch step" in w for w in first.warnings
+        "job 8: slurmctld counts it running on gpu-1 but no node runs its batch step" in w
+        for w in first.warnings
     )
     # Only jobs old enough to have started their script are asked about, all in one sstat call.
     assert runner.commands("sstat") == [
         ["sstat", "--noheader", "--parsable2", "--format", "JobID", "--jobs", "7.batch,8.batch"]
     ]
     second = sweep(runner, paths, STARTED + timedelta(minutes=7))
-    assert runner.commands("scontrol reconfigure") == [RECONFIGURE]
-    assert second.reconcile_cleared == ["gpu-1"] and second.failures == []
+    # The phantom is requeued, which frees its GPU: no reconfigure needed, so no cooldown spent.
+    assert (
+        runner.commands("scontrol requeue") == [REQUEUE_8] and runner.commands("scontrol reconfigure") == []
+    )
+    assert second.requeued == ["8"] and second.reconcile_cleared == ["gpu-1"] and second.failures == []
+    assert "requeued phantom job 8 for gpu-1; cleared: gpu-1" in second.describe()
+    assert load_sweep_history(paths[0]).reconciles == []
 
 
 def test_a_job_too_young_for_its_script_is_never_called_a_phantom(paths):

@@ -199,6 +199,12 @@ class SlurmClient:
             raise ValueError(f"node comment must be one non-empty token, got {comment!r}")
         self._run(["scontrol", "update", f"NodeName={node}", f"Comment={comment}"])
 
+    def requeue(self, job_id: str) -> None:
+        """``scontrol requeue <job>``: the job goes back to the queue and its nodes are released."""
+        if not job_id.isdigit():
+            raise ValueError(f"job id must be digits, got {job_id!r}")
+        self._run(["scontrol", "requeue", job_id])
+
     def reconfigure(self) -> None:
         """``scontrol reconfigure``: slurmctld rebuilds every node's CPU, memory and GRES allocation
         from the jobs it runs (Slurm 22.05: read_slurm_conf -> select_g_reconfigure -> cons_common

@@ -84,7 +84,9 @@ class SweepReport:
     alerts: list[Alert] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     stale: StalePlan | None = None  # None when the check is off or the run failed before it
-    reconciled: list[str] = field(default_factory=list)  # stale nodes at the reconfigure this run ran
+    reconciled: list[str] = field(default_factory=list)  # stale nodes this run reconciled
+    requeued: list[str] = field(default_factory=list)  # phantom jobs this run requeued
+    reconfigured: bool = False  # this run ran scontrol reconfigure
     reconcile_cleared: list[str] = field(default_factory=list)  # of those, the ones checked clean after
 
     def _describe_stale(self, prefix: str) -> list[str]:
@@ -103,7 +105,10 @@ class SweepReport:
             lines.append(f"{prefix}run {RECONFIGURE}: {stale.why}")
         elif self.reconciled:
             cleared = ", ".join(self.reconcile_cleared) or "none checked clean"
-            lines.append(f"ran {RECONFIGURE} for {', '.join(self.reconciled)}; cleared: {cleared}")
+            how = f"requeued phantom job {', '.join(self.requeued)}" if self.requeued else ""
+            if self.reconfigured:
+                how = f"{how} and ran {RECONFIGURE}" if how else f"ran {RECONFIGURE}"
+            lines.append(f"{how} for {', '.join(self.reconciled)}; cleared: {cleared}")
         elif stale.stale and not stale.reconcile:
             lines.append(f"no {RECONFIGURE}: {stale.why}")
         return lines
@@ -175,6 +180,8 @@ class SweepReport:
                 for s in (stale.stale if stale else [])
             ],
             "reconciled": self.reconciled,
+            "requeued": self.requeued,
+            "reconfigured": self.reconfigured,
             "reconcile_cleared": self.reconcile_cleared,
         }
 
@@ -303,19 +310,21 @@ def _unchanged(planned: NodeState, current: dict[str, NodeState]) -> bool:
 
 
 def _read_allocations(
-    client: SlurmClient, now: datetime, policy: SweepPolicy, phantoms: list[str] | None = None
+    client: SlurmClient, now: datetime, policy: SweepPolicy, phantoms: dict[str, set[str]] | None = None
 ) -> tuple[Parsed[NodeGres], Parsed[JobGpus]]:
     """Every node's GPUs, and the GPUs jobs hold, less the phantom jobs no node runs (``phantoms``
-    gets their ids)."""
+    gets each one's nodes)."""
     # Nodes first, then jobs: allocations.py ("Races") says why this order.
     nodes, jobs = client.node_gres(), client.job_gpus()
     candidates = phantom_candidates(jobs.items, now, policy.stale_allocation_grace)
     if candidates:
         ghosts = set(candidates) - client.live_batch_jobs(candidates)
         if ghosts:
-            jobs = Parsed(items=[j for j in jobs.items if j.job_id not in ghosts], skipped=jobs.skipped)
             if phantoms is not None:
-                phantoms.extend(sorted(ghosts, key=lambda j: (len(j), j)))
+                for job in jobs.items:
+                    if job.job_id in ghosts:
+                        phantoms.setdefault(job.job_id, set()).add(job.node)
+            jobs = Parsed(items=[j for j in jobs.items if j.job_id not in ghosts], skipped=jobs.skipped)
     return nodes, jobs
 
 
@@ -325,7 +334,7 @@ def _check_allocations(
     if policy.stale_allocations == "off":
         return None
     try:
-        phantoms: list[str] = []
+        phantoms: dict[str, set[str]] = {}
         node_gres, job_gpus = _read_allocations(client, now, policy, phantoms)
     except SlurmQueryError as exc:
         warnings.append(f"GPU allocation check skipped: {exc}")
@@ -333,8 +342,9 @@ def _check_allocations(
     warnings.extend(f"sinfo --json: {note}" for note in node_gres.skipped)
     warnings.extend(f"squeue --json: {note}" for note in job_gpus.skipped)
     warnings.extend(
-        f"job {job}: slurmctld counts it running but no node runs its batch step (a phantom holding GPUs)"
-        for job in phantoms
+        f"job {job}: slurmctld counts it running on {', '.join(sorted(on))} but no node runs its batch "
+        "step (a phantom holding GPUs)"
+        for job, on in sorted(phantoms.items(), key=lambda p: (len(p[0]), p[0]))
     )
     return plan_stale_allocations(
         node_gres.items,
@@ -351,13 +361,16 @@ def _check_allocations(
 def _reconcile(
     client: SlurmClient, stale: StalePlan, report: SweepReport, now: datetime, policy: SweepPolicy
 ) -> bool:
-    """Re-check, run ``scontrol reconfigure`` if a confirmed node is still stale, then check it cleared.
+    """Re-check, then free what confirmed stale nodes still hold: requeue the phantom jobs on them (what
+    slurmctld itself does once their node next registers, node_mgr.c ``_purge_missing_jobs``), and run
+    ``scontrol reconfigure`` for what that leaves; then check what cleared.
 
     True when ``scontrol reconfigure`` was run, even if it failed: one that timed out here may
     still have run in slurmctld, so it counts for the cooldown.
     """
+    phantoms: dict[str, set[str]] = {}
     try:
-        nodes, jobs = _read_allocations(client, now, policy)
+        nodes, jobs = _read_allocations(client, now, policy, phantoms)
     except SlurmQueryError as exc:
         report.failures.append((RECONFIGURE, f"query before acting failed: {exc}"))
         return False
@@ -368,26 +381,55 @@ def _reconcile(
     if not targets:
         report.failures.append((RECONFIGURE, "no confirmed node is stale any more; left alone"))
         return False
-    try:
-        client.reconfigure()
-    except SlurmQueryError as exc:
-        report.failures.append((RECONFIGURE, str(exc)))
-        return True
-    report.reconciled = targets
+    for job in sorted((j for j, on in phantoms.items() if on & set(targets)), key=lambda j: (len(j), j)):
+        try:
+            client.requeue(job)
+        except (SlurmQueryError, ValueError) as exc:
+            report.failures.append((f"job {job}", f"requeue failed: {exc}"))
+            continue
+        report.requeued.append(job)
+    if report.requeued:
+        report.reconciled = targets
+    left = _still_stale_now(client, stale, targets, report, now, policy) if report.requeued else set(targets)
+    if left is None:
+        return False
+    if left:
+        try:
+            client.reconfigure()
+        except SlurmQueryError as exc:
+            report.failures.append((RECONFIGURE, str(exc)))
+            return True
+        report.reconfigured = True
+        report.reconciled = targets
+        left = _still_stale_now(client, stale, targets, report, now, policy)
+        if left is None:
+            return True
+    report.reconcile_cleared = [n for n in targets if n not in left]
+    how = RECONFIGURE if report.reconfigured else "requeueing its phantom jobs"
+    report.failures.extend(
+        (node, f"GPU allocation still stale after {how}") for node in targets if node in left
+    )
+    return report.reconfigured
+
+
+def _still_stale_now(
+    client: SlurmClient,
+    stale: StalePlan,
+    targets: list[str],
+    report: SweepReport,
+    now: datetime,
+    policy: SweepPolicy,
+) -> set[str] | None:
+    """Which of ``targets`` are still stale on a fresh reading; None when it cannot be read."""
     try:
         nodes, jobs = _read_allocations(client, now, policy)
     except SlurmQueryError as exc:
-        report.warnings.append(f"could not check what {RECONFIGURE} cleared: {exc}")
-        return True
+        report.warnings.append(f"could not check what the reconcile cleared: {exc}")
+        return None
     if not (nodes.complete and jobs.complete):
-        report.warnings.append(f"could not check what {RECONFIGURE} cleared: node or job list incomplete")
-        return True
-    left = set(still_stale(stale, nodes.items, jobs.items))
-    report.reconcile_cleared = [n for n in targets if n not in left]
-    report.failures.extend(
-        (node, f"GPU allocation still stale after {RECONFIGURE}") for node in targets if node in left
-    )
-    return True
+        report.warnings.append("could not check what the reconcile cleared: node or job list incomplete")
+        return None
+    return set(still_stale(stale, nodes.items, jobs.items)) & set(targets)
 
 
 def run_sweep(
