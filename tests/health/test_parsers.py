@@ -113,7 +113,7 @@ def test_non_xid_lines_are_ignored():
 def test_watermark_drops_events_before_a_driver_reload():
     lines = (FIXTURES / "kernel-xid64-remap-failure.log").read_text().splitlines()
     lines.append("[2397200.000000] NVRM: loading NVIDIA UNIX x86_64 Kernel Module  535.161.07")
-    assert kernel_log.parse(kernel_log.since_watermark(lines)) == []
+    assert kernel_log.current_events(lines) == []
 
 
 @given(

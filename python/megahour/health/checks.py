@@ -303,6 +303,15 @@ def _event_action(event: kernel_log.XidEvent, expect: Expectations) -> XidAction
 
 
 def xid(lines: list[str], expect: Expectations, earlier_boots: set[tuple[str, int]] | None = None) -> Verdict:
+    """:func:`xid_events` over the kernel log's current events (``kernel_log.current_events``)."""
+    return xid_events(kernel_log.current_events(lines), expect, earlier_boots)
+
+
+def xid_events(
+    events: list[kernel_log.XidEvent],
+    expect: Expectations,
+    earlier_boots: set[tuple[str, int]] | None = None,
+) -> Verdict:
     """Xid events since the last driver load or GPU reset (lost GPUs until a reset), judged by the catalog.
 
     ``earlier_boots`` holds (pci, xid) pairs seen in previous boots: the same hardware-class
@@ -310,7 +319,6 @@ def xid(lines: list[str], expect: Expectations, earlier_boots: set[tuple[str, in
     ignorable and application-caused Xids never escalate.
     """
     check = "xid"
-    events = kernel_log.current_events(lines)
     counts: dict[str, int] = {}
     worst_event, worst_rank = None, 0
     for event in events:
@@ -331,7 +339,7 @@ def xid(lines: list[str], expect: Expectations, earlier_boots: set[tuple[str, in
                 pci=event.pci,
                 catalog=CATALOG_VERSION,
             )
-        score = 0 if action in SILENT else _XID_RANK.get(action, 1) if action is not None else 1
+        score = 0 if action in SILENT else _XID_RANK.get(action, 1)  # unlisted: look, don't drain
         if score > worst_rank:
             worst_event, worst_rank = event, score
     if worst_event is None:
@@ -433,6 +441,11 @@ _RECOVERY = re.compile(
 
 
 def recovery_action(lines: list[str]) -> Verdict:
+    """:func:`recovery_action_events` over the kernel log's current events."""
+    return recovery_action_events(kernel_log.current_events(lines))
+
+
+def recovery_action_events(events: list[kernel_log.XidEvent]) -> Verdict:
     """The driver's GPU recovery action, as Xid 154 logs each change, since the last driver load or reset.
 
     Anything but None (Reset, Reboot, Drain P2P, Drain and Reset) means the GPU is not
@@ -440,7 +453,7 @@ def recovery_action(lines: list[str]) -> Verdict:
     """
     check = "gpu_recovery_action"
     latest: dict[str, tuple[str, str]] = {}
-    for event in kernel_log.parse(kernel_log.since_watermark(lines)):
+    for event in events:
         match = _RECOVERY.search(event.message) if event.xid == 154 else None
         if match:
             latest[event.pci] = (match["new"], match["code"])

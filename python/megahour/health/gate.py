@@ -113,18 +113,28 @@ def healthcheck(
     if gate_passes(verdicts):
         print(f"megahour healthcheck {node}: {summary(verdicts)}", file=sys.stderr)
         return 0
-    bad = worst(verdicts)
-    assert bad is not None
-    reason = f"{config.drain_prefix}{bad.reason}"
-    current = node_reason(node)
-    if _may_replace(current, config.drain_prefix, reason):
-        drain(node, f"{reason} {bad.message}"[:200])
+    _drain_ours(config, verdicts, node, drain, node_reason)
     print(f"megahour healthcheck {node}: drained: {summary(verdicts)}", file=sys.stderr)
     return 1
 
 
 # Reasons slurmd/slurmctld set when our own Prolog or Epilog failed: ours to refine.
 SLURM_GATE_REASONS = ("Prolog error", "Prolog/Epilog failure", "Epilog error")
+
+
+def _drain_ours(
+    config: HealthConfig,
+    verdicts: list[Verdict],
+    node: str,
+    drain: Callable[[str, str], None],
+    node_reason: Callable[[str], str | None],
+) -> None:
+    """Drain ``node`` with ``megahour:<worst reason> <message>``, unless :func:`_may_replace` says no."""
+    bad = worst(verdicts)
+    assert bad is not None
+    reason = f"{config.drain_prefix}{bad.reason}"
+    if _may_replace(node_reason(node), config.drain_prefix, reason):
+        drain(node, f"{reason} {bad.message}"[:200])
 
 
 def _may_replace(current: str | None, prefix: str, reason: str) -> bool:
@@ -142,8 +152,8 @@ def _may_replace(current: str | None, prefix: str, reason: str) -> bool:
 def epilog(
     config: HealthConfig,
     env: Mapping[str, str],
-    drain: Callable[[str, str], None] | None = None,
-    node_reason: Callable[[str], str | None] | None = None,
+    drain: Callable[[str, str], None],
+    node_reason: Callable[[str], str | None],
 ) -> int:
     """Full checks (and DCGM) after a job. A failing node is drained with megahour's reason here,
     so the next job sees why at once; Slurm's generic ``Epilog error`` (exit 1) is the fallback
@@ -159,16 +169,9 @@ def epilog(
     if gate_passes(verdicts):
         print(f"megahour epilog job {job}: {summary(verdicts)}", file=sys.stderr)
         return 0
-    bad = worst(verdicts)
-    assert bad is not None
     node = env.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
-    reason = f"{config.drain_prefix}{bad.reason}"
-    if drain is None or node_reason is None:
-        print(f"megahour epilog job {job}: {summary(verdicts)}", file=sys.stderr)
-        return 1
     try:
-        if _may_replace(node_reason(node), config.drain_prefix, reason):
-            drain(node, f"{reason} {bad.message}"[:200])
+        _drain_ours(config, verdicts, node, drain, node_reason)
     except (RuntimeError, ValueError) as exc:
         print(f"megahour epilog job {job}: {summary(verdicts)}; own drain failed ({exc})", file=sys.stderr)
         return 1  # Slurm drains the node with "Epilog error": fail closed

@@ -101,12 +101,13 @@ def _parse_all(lines: list[str]) -> list[XidEvent]:
             events.append(XidEvent(NO_XID, _norm_pci(match["pci"]), message, number, kind="init_failed"))
             continue
         if _RESET_REQUIRED.search(line):
-            pci = _ANY_PCI.search(line.split("NVRM:", 1)[1])
+            text = line.split("NVRM:", 1)[1]
+            pci = _ANY_PCI.search(text)
             events.append(
                 XidEvent(
                     NO_XID,
                     _norm_pci(pci["pci"]) if pci else "",
-                    line.split("NVRM:", 1)[1].strip()[:200],
+                    text.strip()[:200],
                     number,
                     kind="reset_required",
                 )
@@ -151,11 +152,6 @@ def _last(pattern: re.Pattern[str], lines: list[str]) -> int:
         if pattern.search(line):
             last = index
     return last
-
-
-def since_watermark(lines: list[str]) -> list[str]:
-    """The lines after the last driver load or GPU reset (all lines if there is none)."""
-    return lines[_last(WATERMARK, lines) + 1 :]
 
 
 def current_events(lines: list[str]) -> list[XidEvent]:

@@ -116,11 +116,13 @@ def _kernel_log_checks(config: HealthConfig) -> list[Verdict]:
     history_path = Path(config.state_dir) / "xid-history.json"
     history = xid_history.load(history_path)
     boot = xid_history.current_boot_id()
+    # Parsed once for all three: the Prolog runs this on every job start.
+    events = kernel_log.current_events(lines)
     verdicts = [
-        checks.xid(lines, config.expect, earlier_boots=xid_history.earlier_boots(history, boot)),
-        checks.recovery_action(lines),
+        checks.xid_events(events, config.expect, earlier_boots=xid_history.earlier_boots(history, boot)),
+        checks.recovery_action_events(events),
     ]
     # A read-only state dir must not turn a verdict into a crash; recurrence just won't escalate.
     with contextlib.suppress(OSError):
-        xid_history.record(history_path, history, boot, kernel_log.current_events(lines))
+        xid_history.record(history_path, history, boot, events)
     return verdicts

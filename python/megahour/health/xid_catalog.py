@@ -85,4 +85,4 @@ def escalates_on_recurrence(xid: int, action: XidAction | None) -> bool:
 
 
 def valid_override(value: str) -> bool:
-    return value in _ALIASES or value in XidAction._value2member_map_
+    return value in _ALIASES or value in {action.value for action in XidAction}
