@@ -330,7 +330,8 @@ def test_a_phantom_job_no_node_runs_frees_its_gpus_through_the_reconcile(paths):
     )
     assert second.requeued == ["8"] and second.reconcile_cleared == ["gpu-1"] and second.failures == []
     assert "requeued phantom job 8 for gpu-1; cleared: gpu-1" in second.describe()
-    assert load_sweep_history(paths[0]).reconciles == []
+    history = load_sweep_history(paths[0])
+    assert history.reconciles == [] and history.sightings == []
 
 
 def test_a_job_too_young_for_its_script_is_never_called_a_phantom(paths):

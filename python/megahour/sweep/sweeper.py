@@ -543,7 +543,8 @@ def run_sweep(
     sightings = list(stale.sightings) if stale else []
     if stale is not None and stale.reconcile and _reconcile(client, stale, report, now, policy):
         reconciles.append(now)
-        sightings = forget(sightings, report.reconcile_cleared)
+    # Cleared by a reconfigure or by requeueing phantoms: a node stale again later starts a new sighting.
+    sightings = forget(sightings, report.reconcile_cleared)
 
     # Alerts for the state we actually left: a resume that failed keeps its drained-idle alert,
     # a stale node that the reconfigure did not (checkably) clear keeps its alert.
