@@ -51,75 +51,170 @@ def test_generated_local_inventory_is_valid(run, local_inventory):
 
 
 def _break(tmp_path: Path, edit) -> Path:
+    """The bare-metal example with ``edit(cluster_groups, compute_vars, all_vars, top_groups)`` applied."""
     inv = tmp_path / "vendor"
     shutil.copytree(REPO / "inventories" / "example-baremetal-h100", inv)
     hosts = yaml.safe_load((inv / "hosts.yml").read_text())
-    compute_vars = yaml.safe_load((inv / "group_vars" / "compute.yml").read_text())
-    edit(hosts["all"]["children"]["cluster"]["children"], compute_vars)
+    files = {name: inv / "group_vars" / f"{name}.yml" for name in ("compute", "all")}
+    loaded = {name: yaml.safe_load(path.read_text()) for name, path in files.items()}
+    top = hosts["all"]["children"]
+    edit(top["cluster"]["children"], loaded["compute"], loaded["all"], top)
     (inv / "hosts.yml").write_text(yaml.safe_dump(hosts))
-    (inv / "group_vars" / "compute.yml").write_text(yaml.safe_dump(compute_vars))
+    for name, path in files.items():
+        path.write_text(yaml.safe_dump(loaded[name]))
     return inv
 
 
-def _drop_controller(groups, _vars):
+def _drop_controller(groups, *_):
     del groups["controller"]
 
 
-def _empty_compute(groups, _vars):
+def _empty_compute(groups, *_):
     groups["compute"] = {}
 
 
-def _unknown_model(_groups, cvars):
+def _unknown_model(_groups, cvars, *_):
     cvars["megahour_gpu"]["model"] = "h900"
 
 
-def _bad_count(_groups, cvars):
+def _bad_count(_groups, cvars, *_):
     cvars["megahour_gpu"]["count"] = 6
 
 
-def _no_interface(_groups, cvars):
+def _no_interface(_groups, cvars, *_):
     del cvars["megahour_fabric"]["interface"]
 
 
+def _no_cluster_group(_groups, _cvars, _avars, top):
+    top.update(top.pop("cluster")["children"])
+
+
+def _no_warehouse_group(_groups, _cvars, _avars, top):
+    del top["warehouse"]
+
+
+def _no_airflow_group(_groups, _cvars, _avars, top):
+    top["airflow"] = {"hosts": {}}
+
+
+def _relative_cache_dir(_groups, cvars, *_):
+    cvars["megahour_cache_dirs"][0]["path"] = "mnt/nvme0/alluxio"
+
+
+def _cache_size_unparsable(_groups, cvars, *_):
+    cvars["megahour_cache_dirs"][1]["size"] = "3 terabytes"
+
+
+def _no_under_store(_groups, _cvars, avars, _top):
+    del avars["alluxio_root_ufs"]
+
+
+def _under_store_scheme(_groups, _cvars, avars, _top):
+    avars["alluxio_root_ufs"] = "gs://episodes/megahour"
+
+
+def _shared_root_relative(_groups, _cvars, avars, _top):
+    avars["megahour_shared_root"] = "srv/megahour"
+
+
+def _user_without_become(_groups, _cvars, avars, _top):
+    avars["ansible_become"] = False
+
+
+def _os_unsupported(_groups, _cvars, avars, _top):
+    avars["megahour_os"] = "rocky-9"
+
+
+def _os_python_too_old(_groups, _cvars, avars, _top):
+    avars["megahour_os"] = "ubuntu-22.04"
+
+
+def _python_interpreter_relative(_groups, _cvars, avars, _top):
+    avars["ansible_python_interpreter"] = "python3"
+
+
+def _bad_custom_profile(_groups, cvars, *_):
+    cvars["megahour_gpu_profiles"] = {"h100": {"min_driver_branch": "newest"}}
+
+
+# (edit, variable, the fix's opening words). Every hole validation must catch before a host is touched.
 BROKEN = [
     (_drop_controller, "groups.controller", "add a 'controller' group"),
     (_empty_compute, "groups.compute", "add at least one GPU host"),
-    (_unknown_model, "megahour_gpu.model", "use one of a100, h100, h200, l40s"),
+    (_unknown_model, "megahour_gpu.model", "use one of a100, b200, b300, gb200, h100, h20, h200, l40s"),
     (_bad_count, "megahour_gpu.count", "set megahour_gpu.count to one of 1, 2, 4, 8"),
     (_no_interface, "megahour_fabric.interface", "set megahour_fabric.interface"),
+    (_no_cluster_group, "groups.cluster", "make 'controller' and 'compute' children of a 'cluster' group"),
+    (_no_warehouse_group, "groups.warehouse", "add 'warehouse: {hosts: {<controller>: }}'"),
+    (_no_airflow_group, "groups.airflow", "add 'airflow: {hosts: {<controller>: }}'"),
+    (_relative_cache_dir, "megahour_cache_dirs[0].path", "set megahour_cache_dirs to one entry per NVMe"),
+    (_cache_size_unparsable, "megahour_cache_dirs[1].size", "set megahour_cache_dirs to one entry per NVMe"),
+    (_no_under_store, "alluxio_root_ufs", "set alluxio_root_ufs in group_vars/all.yml"),
+    (_under_store_scheme, "alluxio_root_ufs", "set alluxio_root_ufs in group_vars/all.yml"),
+    (_shared_root_relative, "megahour_shared_root", "set megahour_shared_root to where every node mounts"),
+    (_user_without_become, "ansible_become", "set ansible_become: true beside ansible_user"),
+    (_os_unsupported, "megahour_os", "use one of debian-12, ubuntu-24.04"),
+    (_os_python_too_old, "megahour_os", "ask the vendor for one of debian-12, ubuntu-24.04"),
+    (
+        _python_interpreter_relative,
+        "ansible_python_interpreter",
+        "remove it (Ansible finds the image's python3)",
+    ),
+    (_bad_custom_profile, "megahour_gpu_profiles.h100.min_driver_branch", "set the oldest supported driver"),
 ]
 # Problems of every compute host: one line for both (the playbook's messages and the CLI's).
-PER_HOST = ("megahour_gpu.model", "megahour_gpu.count", "megahour_fabric.interface")
+PER_HOST = (
+    "megahour_gpu.model",
+    "megahour_gpu.count",
+    "megahour_fabric.interface",
+    "megahour_cache_dirs[0].path",
+    "megahour_cache_dirs[1].size",
+    "megahour_gpu_profiles.h100.min_driver_branch",
+)
+# Problems of every host of the cluster (group_vars/all.yml).
+EVERY_HOST = ("megahour_shared_root", "ansible_become", "megahour_os", "ansible_python_interpreter")
 
 
-@pytest.mark.parametrize("edit,variable,fix", BROKEN)
-def test_bad_inventory_stops_site_yml_before_any_host(run, tmp_path, edit, variable, fix):
+def _ids(case):
+    return case.__name__.lstrip("_") if callable(case) else None
+
+
+@pytest.mark.parametrize("edit,variable,fix", BROKEN, ids=_ids)
+def test_bad_inventory_stops_a_limited_site_yml_before_any_host(run, tmp_path, edit, variable, fix):
+    """Under --limit too: validation covers the whole inventory, whatever hosts the run is limited to."""
     inv = _break(tmp_path, edit)
-    proc = run([tool("ansible-playbook"), "-i", str(inv), "playbooks/site.yml"])
+    limit = "head01" if edit is _empty_compute else "gpu002"  # a host the broken inventory still has
+    proc = run([tool("ansible-playbook"), "-i", str(inv), "playbooks/site.yml", "--limit", limit])
     out = proc.stdout + proc.stderr
     assert proc.returncode != 0
     assert variable in out and fix in out, out[-3000:]
-    # Only the control node ran anything: no managed host appears in the recap.
-    recap = out.split("PLAY RECAP", 1)[1]
-    assert "localhost" in recap
-    for host in ("head01", "gpu001", "gpu002"):
-        assert host not in recap
+    # Only the control node ran anything (the hosts of these inventories do not exist): every task was
+    # delegated to it, nothing was unreachable, and the run ended in the validate play.
+    assert "UNREACHABLE" not in out and "unreachable=0" in out
+    assert "PLAY [Base host setup]" not in out
+    for line in out.splitlines():
+        if line.startswith(("ok: [", "fatal: [", "changed: [")):
+            assert "-> localhost]" in line, line
     if variable in PER_HOST:
         assert f"{variable} (2 hosts: gpu[001-002]): " in out
 
 
-@pytest.mark.parametrize("edit,variable,fix", BROKEN)
+@pytest.mark.parametrize("edit,variable,fix", BROKEN, ids=_ids)
 def test_bad_inventory_fails_the_cli_with_one_line_per_problem(run, tmp_path, edit, variable, fix):
     inv = _break(tmp_path, edit)
     proc = run([tool("megahour"), "inventory", "validate", "-i", str(inv)])
     assert proc.returncode == 1 and proc.stderr == "", proc.stderr
-    (line,) = [line for line in proc.stdout.splitlines() if variable in line]
-    assert line.startswith(f"✗ {variable}") and f"Fix: {fix}" in line
+    (line,) = [
+        line for line in proc.stdout.splitlines() if line.startswith((f"✗ {variable} ", f"✗ {variable}:"))
+    ]
+    assert f"Fix: {fix}" in line
     if variable in PER_HOST:
         assert f"{variable} (2 hosts: gpu[001-002]): " in line
+    if variable in EVERY_HOST:
+        assert f"{variable} (3 hosts: head01,gpu[001-002]): " in line
     report = run([tool("megahour"), "inventory", "validate", "-i", str(inv), "--json"])
     findings = [f for f in json.loads(report.stdout)["findings"] if f["variable"] == variable]
-    assert len(findings) == (2 if variable in PER_HOST else 1)
+    assert len(findings) == (2 if variable in PER_HOST else 3 if variable in EVERY_HOST else 1)
 
 
 def test_examples_differ_only_in_group_vars():

@@ -15,13 +15,9 @@ import yaml
 from megahour.cli import main
 from megahour.inventory import source
 from tests.conftest import BIN, REPO, tool
+from tests.inventory.snapshots import snapshot
 
 EXAMPLE = REPO / "inventories" / "example-baremetal-h100"
-GOOD = {
-    "megahour_gpu": {"model": "h100", "count": 8},
-    "megahour_fabric": {"type": "infiniband", "interface": "ib0"},
-    "megahour_nvme_devices": ["/dev/nvme0n1"],
-}
 
 
 def one_error_line(err: str) -> str:
@@ -32,11 +28,8 @@ def one_error_line(err: str) -> str:
 
 
 def fake_snapshot(monkeypatch, compute: list[str], **overrides) -> None:
-    snapshot = {
-        "groups": {"controller": ["head01"], "compute": compute},
-        "hosts": {host: {**GOOD, **overrides} for host in compute},
-    }
-    monkeypatch.setattr(source, "load_snapshot", lambda _path: snapshot)
+    snap = snapshot(groups={"controller": ["head01"], "compute": compute}, **overrides)
+    monkeypatch.setattr(source, "load_snapshot", lambda _path: snap)
 
 
 def copy_example(tmp_path: Path) -> Path:

@@ -29,7 +29,8 @@ def test_groups_include_hosts_of_child_groups():
 def test_only_megahour_variables_are_kept():
     snap = snapshot_from_listing(LISTING)
     assert snap["hosts"]["gpu-1"] == {"megahour_gpu": {"model": "h100", "count": 2}}
-    assert snap["hosts"]["ctl"] == {"megahour_vendor": "x"}
+    # ansible_connection is one of the few others validation reads (SNAPSHOT_EXTRA_VARS).
+    assert snap["hosts"]["ctl"] == {"megahour_vendor": "x", "ansible_connection": "local"}
 
 
 def test_absent_groups_stay_absent():

@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from megahour.inventory.validate import SNAPSHOT_EXTRA_VARS
+
 VAR_PREFIX = "megahour_"
 TOOL = "ansible-inventory"
 EXAMPLE = "inventories/example-baremetal-h100"
@@ -47,7 +49,10 @@ def snapshot_from_listing(listing: dict[str, Any]) -> dict[str, Any]:
     for group in listing:
         if group != "_meta":
             groups[group] = hosts_of(group)
-    hosts = {host: {k: v for k, v in hv.items() if k.startswith(VAR_PREFIX)} for host, hv in hostvars.items()}
+    hosts = {
+        host: {k: v for k, v in hv.items() if k.startswith(VAR_PREFIX) or k in SNAPSHOT_EXTRA_VARS}
+        for host, hv in hostvars.items()
+    }
     for host in groups.get("all", []):
         hosts.setdefault(host, {})
     return {"groups": groups, "hosts": hosts}
