@@ -62,8 +62,11 @@ def run_playbook(run):
     """``ansible-playbook -i INVENTORY PLAYBOOK -e EXTRA``; the test fails, with the output's tail, unless
     it succeeds. The role render tests use it to render templates on this machine."""
 
-    def _run_playbook(playbook: Path, inventory: Path, extra: dict) -> subprocess.CompletedProcess:
-        proc = run([tool("ansible-playbook"), "-i", str(inventory), str(playbook), "-e", json.dumps(extra)])
+    def _run_playbook(
+        playbook: Path, inventory: Path, extra: dict, env: dict | None = None
+    ) -> subprocess.CompletedProcess:
+        args = [tool("ansible-playbook"), "-i", str(inventory), str(playbook), "-e", json.dumps(extra)]
+        proc = run(args, env=env)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
         return proc
 

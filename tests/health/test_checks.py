@@ -40,6 +40,23 @@ def test_inventory_count_model_and_bus_ids():
     )
 
 
+def test_the_profile_patterns_accept_every_variant_of_the_model_and_nothing_else():
+    from megahour.inventory.profiles import BUILTIN
+
+    h100 = Expectations(gpu_count=2, product_patterns=BUILTIN["h100"].product_names)
+    nvl = gpu_rows({"name": "NVIDIA H100 NVL"}, {"name": "NVIDIA H100 NVL"})
+    assert checks.gpu_inventory(nvl, h100).status is Status.PASS
+    mixed = gpu_rows({}, {"name": "NVIDIA H200"})
+    verdict = checks.gpu_inventory(mixed, h100)
+    assert (verdict.reason, verdict.evidence["models"]) == (
+        "gpu_model_mismatch",
+        ["NVIDIA H100 80GB HBM3", "NVIDIA H200"],
+    )
+    assert "['NVIDIA H200']" in verdict.message
+    wildcard = Expectations(gpu_count=1, product_patterns=("NVIDIA B300*",))
+    assert checks.gpu_inventory(gpu_rows({"name": "NVIDIA B300 SXM6 AC"}), wildcard).status is Status.PASS
+
+
 def test_volatile_uncorrected_ecc_fails_with_evidence():
     verdict = checks.ecc(gpu_rows({}, {"ecc.errors.uncorrected.volatile.total": "3"}), H100)
     assert (verdict.status, verdict.reason) == (Status.FAIL, "ecc_volatile_uncorrected")

@@ -183,7 +183,7 @@ def test_a_config_from_an_older_role_warns_and_still_passes(node, tmp_path):
     verdicts = run_suite(current, PROLOG)
     [warning] = [v for v in verdicts if v.check == "health_config"]
     assert (warning.status, warning.reason) == (Status.WARN, "config_outdated")
-    assert "gpu_model 'h100' has no product_name" in warning.message
+    assert "gpu_model 'h100' has no product_name or product_patterns" in warning.message
     assert "re-deploy the slurm_node role" in warning.message
     assert gate_passes(verdicts)
 

@@ -7,6 +7,8 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_slurm_conf.yml"
+# The template takes each node's GRES type from the role's GPU profile filter.
+FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "slurm_client" / "filter_plugins")}
 
 
 @pytest.fixture
@@ -32,10 +34,10 @@ def render(run_playbook, tmp_path):
     }
     (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
 
-    def _render(version, user_config=None):
+    def _render(version, user_config=None, **more):
         out = tmp_path / f"slurm-{version}.conf"
-        extra = {"slurm_version": version, "out": str(out), "slurm_client_config": user_config or {}}
-        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", extra)
+        extra = {"slurm_version": version, "out": str(out), "slurm_client_config": user_config or {}, **more}
+        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", extra, env=FILTERS)
         lines = out.read_text().splitlines()
         return {
             k: v for k, _, v in (line.partition("=") for line in lines if "=" in line and line[0] != "#")
@@ -100,3 +102,10 @@ def test_cgroup_conf_constrains_cores_memory_and_devices(render, tmp_path):
         "ConstrainSwapSpace": "yes",
         "ConstrainDevices": "yes",
     }
+
+
+def test_gres_types_come_from_the_merged_gpu_profiles(render):
+    _, lines = render("22.05.8-4+deb12u3")
+    assert any(line.startswith("NodeName=gpu-1 ") and " Gres=gpu:h100:4 " in line for line in lines)
+    _, lines = render("22.05.8-4+deb12u3", megahour_gpu_profiles={"h100": {"gres_type": "hopper80"}})
+    assert any(line.startswith("NodeName=gpu-2 ") and " Gres=gpu:hopper80:4 " in line for line in lines)

@@ -12,8 +12,19 @@ from tests.conftest import REPO, tool
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_slurm_node_health.yml"
-# The role's vars call its filter; the render playbook loads the role's files, not the role.
-FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "slurm_node" / "filter_plugins")}
+# The render playbook loads the role's files, not the role.
+# The role's vars call slurm_client's filters (slurm_node depends on slurm_client).
+FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "slurm_client" / "filter_plugins")}
+
+
+def load_raw(raw: dict) -> HealthConfig:
+    import tempfile
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "health.json"
+        path.write_text(json.dumps(raw))
+        return load(path)
 
 
 @pytest.fixture
@@ -42,27 +53,38 @@ def render(run, tmp_path):
     return _render
 
 
-def test_the_inventory_model_renders_its_nvidia_smi_name(render):
+def test_the_inventory_model_renders_its_nvidia_smi_names(render):
     path = render()
     raw = json.loads(path.read_text())
-    assert (raw["gpu_model"], raw["gpu_count"], raw["product_name"]) == ("h100", 8, "NVIDIA H100 80GB HBM3")
+    assert (raw["gpu_model"], raw["gpu_count"], raw["product_name"]) == ("h100", 8, None)
+    assert raw["product_patterns"] == ["NVIDIA H100 80GB HBM3", "NVIDIA H100 PCIe", "NVIDIA H100 NVL"]
     config = load(path)
-    assert config.expect.product_name == "NVIDIA H100 80GB HBM3" and config.outdated == ()
+    assert config.expect.product_patterns[0] == "NVIDIA H100 80GB HBM3" and config.outdated == ()
 
 
-def test_a_model_set_in_the_health_config_names_its_own_product(render):
+def test_a_model_set_in_the_health_config_names_its_own_products(render):
     raw = json.loads(render(slurm_node_health_config={"gpu_model": "h200"}).read_text())
-    assert raw["product_name"] == "NVIDIA H200"
+    assert raw["product_patterns"] == ["NVIDIA H200", "NVIDIA H200 NVL"]
+
+
+def test_a_profile_defined_in_group_vars_reaches_the_health_config(render):
+    """The health gate reads the same merged profiles as validation: an inventory-only model works."""
+    mine = {"mygpu": {"product_names": ["ACME MyGPU*"], "counts_per_node": [8], "min_driver_branch": 600}}
+    raw = json.loads(
+        render(megahour_gpu={"model": "mygpu", "count": 8}, megahour_gpu_profiles=mine).read_text()
+    )
+    assert (raw["gpu_model"], raw["product_patterns"]) == ("mygpu", ["ACME MyGPU*"])
 
 
 def test_no_model_means_no_model_check(render):
     raw = json.loads(render(slurm_node_health_config={"gpu_model": None}).read_text())
-    assert raw["product_name"] is None
+    assert raw["product_name"] is None and raw["product_patterns"] == []
 
 
 def test_an_explicit_product_name_wins(render):
     raw = json.loads(render(slurm_node_health_config={"product_name": "NVIDIA H100 NVL"}).read_text())
     assert (raw["gpu_model"], raw["product_name"]) == ("h100", "NVIDIA H100 NVL")
+    assert load_raw(raw).expect.product_name == "NVIDIA H100 NVL"
 
 
 def test_the_loader_reads_every_setting_the_role_writes(render):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
+from fnmatch import fnmatchcase
 
 from megahour.health import kernel_log, smi
 from megahour.health.verdict import Status, Verdict, passed
@@ -52,7 +53,9 @@ class Expectations:
     """What this node should look like, from the inventory (megahour_gpu and profiles)."""
 
     gpu_count: int
-    product_name: str | None = None
+    product_name: str | None = None  # exactly what nvidia-smi must print (an inventory's own setting)
+    # Shell patterns nvidia-smi's names must match: the model's GPU profile (megahour_gpu_profiles merged).
+    product_patterns: tuple[str, ...] = ()
     bus_ids: tuple[str, ...] = ()
     corrected_storm_threshold: int = 1000  # volatile corrected errors per GPU before a WARN
     # Corrected ECC errors per hour since boot above which the node drains (docs/resilience.md).
@@ -84,6 +87,14 @@ def gpu_inventory(result: smi.CsvResult, expect: Expectations) -> Verdict:
             check,
             "gpu_model_mismatch",
             f"GPU model {names}, profile expects {expect.product_name!r}",
+            models=names,
+        )
+    strangers = [n for n in names if not any(fnmatchcase(n.strip(), p) for p in expect.product_patterns)]
+    if not expect.product_name and expect.product_patterns and strangers:
+        return _bad(
+            check,
+            "gpu_model_mismatch",
+            f"GPU model {strangers}, profile expects one of {list(expect.product_patterns)}",
             models=names,
         )
     bus_ids = sorted(row.get("pci.bus_id", "").lower() for row in result.rows)

@@ -55,14 +55,21 @@ class HealthConfig:
 
 def _outdated(raw: dict) -> tuple[str, ...]:
     """Settings a health.json rendered by an older slurm_node role lacks, as messages naming the fix."""
-    if raw.get("gpu_model") and not raw.get("product_name"):
+    if raw.get("gpu_model") and not raw.get("product_name") and not raw.get("product_patterns"):
         # Not a failure: between the runtime's upgrade and slurm_node's re-render (the next play of the
         # same site.yml run) every node would otherwise drain. The model is unchecked until then.
         return (
-            f"gpu_model {raw['gpu_model']!r} has no product_name, so the GPU model is not checked; "
-            "re-deploy the slurm_node role (it renders the name nvidia-smi prints for the model)",
+            f"gpu_model {raw['gpu_model']!r} has no product_name or product_patterns, so the GPU model is "
+            "not checked; re-deploy the slurm_node role "
+            "(it renders the names nvidia-smi prints for the model)",
         )
     return ()
+
+
+def _patterns(value: object) -> tuple[str, ...]:
+    if isinstance(value, str):
+        return (value,)
+    return tuple(str(v) for v in value or ()) if isinstance(value, list | tuple) else ()
 
 
 def load(path: Path = DEFAULT_PATH) -> HealthConfig:
@@ -85,6 +92,7 @@ def load(path: Path = DEFAULT_PATH) -> HealthConfig:
         expect = Expectations(
             gpu_count=int(raw["gpu_count"]),
             product_name=raw.get("product_name") or None,
+            product_patterns=_patterns(raw.get("product_patterns")),
             bus_ids=tuple(raw.get("bus_ids", ())),
             corrected_storm_threshold=int(raw.get("corrected_storm_threshold", 1000)),
             corrected_rate_drain_per_hour=float(

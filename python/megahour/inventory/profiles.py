@@ -53,7 +53,8 @@ _ANY_SHAPE = (1, 2, 4, 8)
 
 # Sources for every value (real nvidia-smi output, NVIDIA's notes): docs/onboarding.md, "GPU profiles".
 # A minimum driver branch NVIDIA's supported-product notes did not give is the architecture's floor: the
-# driver of the first CUDA toolkit for its compute capability (520 Hopper and Ada, 570 Blackwell, 575 SM 10.3).
+# driver of the first CUDA toolkit for its compute capability (520 Hopper and Ada, 570 Blackwell,
+# 575 SM 10.3).
 BUILTIN: dict[str, GpuProfile] = {
     p.model: p
     for p in (
@@ -176,7 +177,10 @@ _FIELD_NAMES = tuple(f.name for f in fields(GpuProfile) if f.name != "model")
 # What a new profile (one no built-in has) must give; the rest have defaults.
 _REQUIRED_NEW = ("product_names", "counts_per_node", "min_driver_branch")
 _NEW_DEFAULTS = {"memory_gb": 0, "nvswitch": False, "architecture": "unknown", "host_arch": "x86_64"}
-_EXAMPLE = f"{VARIABLE}: {{mygpu: {{product_names: ['NVIDIA MyGPU*'], counts_per_node: [8], min_driver_branch: 570}}}}"
+_EXAMPLE = (
+    f"{VARIABLE}: {{mygpu: {{product_names: ['NVIDIA MyGPU*'], counts_per_node: [8], "
+    "min_driver_branch: 570}}}}"
+)
 
 
 def _str_list(value: Any) -> tuple[str, ...] | None:

@@ -202,7 +202,7 @@ def validate(snapshot: dict[str, Any]) -> list[Finding]:
 def _check_groups(
     groups: dict[str, list[str]], hostvars: dict[str, dict[str, Any]], members: list[str]
 ) -> list[Finding]:
-    """The `cluster` parent group every play targets, and the service groups the roles take their host from."""
+    """The `cluster` parent group every play targets, and the service groups the roles take a host from."""
     findings: list[Finding] = []
     cluster = groups.get(CLUSTER_GROUP)
     if cluster is None:
@@ -211,7 +211,8 @@ def _check_groups(
                 f"groups.{CLUSTER_GROUP}",
                 "the inventory has no cluster group, which every play of site.yml targets",
                 f"make '{CONTROLLER_GROUP}' and '{COMPUTE_GROUP}' children of a '{CLUSTER_GROUP}' group "
-                "(all: children: cluster: children: [controller, compute]; see inventories/example-baremetal-h100)",
+                "(all: children: cluster: children: [controller, compute]; "
+                "see inventories/example-baremetal-h100)",
             )
         )
     else:
@@ -234,7 +235,8 @@ def _check_groups(
                 f"groups.{group}",
                 f"the inventory has {what} '{group}' group; the {group} role runs its server on the group's "
                 "first host",
-                f"add '{group}: {{hosts: {{<controller>: }}}}' under all: children: (the controller can carry it), "
+                f"add '{group}: {{hosts: {{<controller>: }}}}' under all: children: "
+                "(the controller can carry it), "
                 f"or set {override} to an inventory host",
             )
         )
@@ -251,7 +253,8 @@ def _check_access(host: str, hv: dict[str, Any]) -> list[Finding]:
         findings = [
             Finding(
                 "ansible_become",
-                f"ansible_user is {user!r} and become is off, but the roles install packages and services as root",
+                f"ansible_user is {user!r} and become is off, "
+                "but the roles install packages and services as root",
                 "set ansible_become: true beside ansible_user in group_vars/all.yml (the user needs sudo), "
                 "or log in as root",
                 host,
@@ -270,7 +273,8 @@ def _check_access(host: str, hv: dict[str, Any]) -> list[Finding]:
             Finding(
                 "ansible_python_interpreter",
                 f"{interpreter!r} is neither an absolute path nor auto",
-                "remove it (Ansible finds the image's python3) or set the absolute path, for example /usr/bin/python3",
+                "remove it (Ansible finds the image's python3) or set the absolute path, "
+                "for example /usr/bin/python3",
                 host,
             )
         )
@@ -285,7 +289,8 @@ def _check_shared_root(host: str, hv: dict[str, Any]) -> list[Finding]:
         Finding(
             "megahour_shared_root",
             f"{root!r} is not an absolute directory below /",
-            "set megahour_shared_root to where every node mounts the shared filesystem, for example /srv/megahour",
+            "set megahour_shared_root to where every node mounts the shared filesystem, "
+            "for example /srv/megahour",
             host,
         )
     ]
@@ -317,7 +322,8 @@ def _check_under_store(host: str, hv: dict[str, Any]) -> list[Finding]:
         return [
             Finding(
                 "alluxio_root_ufs",
-                f"the {scheme}:// under-store is not built into the cache tier (it has {', '.join(UFS_SCHEMES)})",
+                f"the {scheme}:// under-store is not built into the cache tier "
+                f"(it has {', '.join(UFS_SCHEMES)})",
                 fix,
                 host,
             )
@@ -326,7 +332,8 @@ def _check_under_store(host: str, hv: dict[str, Any]) -> list[Finding]:
         return [
             Finding(
                 "alluxio_root_ufs",
-                f"{bucket!r} is not a bucket name (lower-case letters, digits, '.' and '-', 3 to 63 characters)",
+                f"{bucket!r} is not a bucket name "
+                "(lower-case letters, digits, '.' and '-', 3 to 63 characters)",
                 fix,
                 host,
             )
@@ -359,7 +366,8 @@ def _check_compute_host(host: str, hv: dict[str, Any]) -> list[Finding]:
             Finding(
                 "megahour_gpu",
                 "is not set for this compute node",
-                f"set megahour_gpu: {{model: <one of {models}>, count: <GPUs per node>}} in group_vars/compute.yml",
+                f"set megahour_gpu: {{model: <one of {models}>, count: <GPUs per node>}} "
+                "in group_vars/compute.yml",
                 host,
             )
         )
@@ -500,7 +508,8 @@ def _check_os(host: str, hv: dict[str, Any]) -> list[Finding]:
         return [
             Finding(
                 "megahour_os",
-                f"{os_name} ships Python {platform.python_text}, and the megahour runtime every node runs needs "
+                f"{os_name} ships Python {platform.python_text}, "
+                "and the megahour runtime every node runs needs "
                 f"Python {need} or newer",
                 f"ask the vendor for one of {names}",
                 host,
