@@ -22,6 +22,7 @@ ALLOWED: dict[str, set[str]] = {
     "cliutil": set(),
     "slurm": set(),
     "inventory": set(),
+    "doctor": {"inventory", "health"},
     "metrics": {"atomicio"},
     "cluster": {"atomicio"},
     "deploy": {"atomicio"},

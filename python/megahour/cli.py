@@ -12,6 +12,7 @@ from megahour import cliutil
 AREAS = (
     "cluster",
     "inventory",
+    "doctor",
     "health",
     "run",
     "sweep",

@@ -70,3 +70,26 @@ def test_gate_query_template_matches_the_gate_fields():
     assert len(header.split(", ")) == len(GPU_FIELDS)
     commands = json.loads((FIXTURES / "commands.json").read_text())
     assert commands[f"--query-gpu={','.join(GPU_FIELDS)} --format=csv"]["stdout"] == "gate-query-gpu.csv"
+
+
+def test_doctor_query_template_answers_the_probe_with_real_cells():
+    """The double answers the exact command the doctor's probe runs, with the VirtualClient capture's cells."""
+    import re
+
+    from megahour.doctor import facts
+    from megahour.doctor.transport import probe_path
+
+    line = next(x for x in probe_path().read_text().splitlines() if x.startswith("section nvidia_smi "))
+    args = line.split("nvidia-smi ", 1)[1]
+    commands = json.loads((FIXTURES / "commands.json").read_text())
+    assert commands[args]["stdout"] == "doctor-query-gpu.csv"
+    template = (TEMPLATES / "doctor-query-gpu.csv.j2").read_text()
+    header, row = template.splitlines()[0], template.splitlines()[2]
+    assert header == "index, name, driver_version, memory.total [MiB]"
+    assert args.split("--query-gpu=")[1].split(" ")[0].split(",") == facts.GPU_FIELDS
+    real = (FIXTURES / "query-gpu-8xH100-row0.csv").read_text().splitlines()[1].split(", ")
+    cells = row.split(", ")[1:]
+    assert cells == [real[2], real[4], real[17]]  # name, driver_version, memory.total of the real row
+    rendered = header + "\n" + re.sub(r"\{\{ i \}\}", "0", row) + "\n"
+    gpus, error = facts.parse_gpus(rendered)
+    assert error is None and gpus == [facts.Gpu("0", "NVIDIA H100 80GB HBM3", "535.161.07", 81559)]

@@ -33,8 +33,11 @@ class InventoryError(RuntimeError):
     pass
 
 
-def snapshot_from_listing(listing: dict[str, Any]) -> dict[str, Any]:
-    """Turn `ansible-inventory --list` JSON into a validation snapshot."""
+def snapshot_from_listing(
+    listing: dict[str, Any], extra_vars: tuple[str, ...] = SNAPSHOT_EXTRA_VARS
+) -> dict[str, Any]:
+    """Turn `ansible-inventory --list` JSON into a validation snapshot: the groups, and each host's
+    ``megahour_*`` variables plus ``extra_vars``."""
     hostvars = listing.get("_meta", {}).get("hostvars", {})
     groups: dict[str, list[str]] = {}
 
@@ -50,7 +53,7 @@ def snapshot_from_listing(listing: dict[str, Any]) -> dict[str, Any]:
         if group != "_meta":
             groups[group] = hosts_of(group)
     hosts = {
-        host: {k: v for k, v in hv.items() if k.startswith(VAR_PREFIX) or k in SNAPSHOT_EXTRA_VARS}
+        host: {k: v for k, v in hv.items() if k.startswith(VAR_PREFIX) or k in extra_vars}
         for host, hv in hostvars.items()
     }
     for host in groups.get("all", []):
@@ -128,7 +131,7 @@ def explain_failure(inventory: Path, stderr: str) -> str:
     return f"{TOOL} cannot read {inventory}: {reason}; compare it with {EXAMPLE}"
 
 
-def load_snapshot(inventory: Path) -> dict[str, Any]:
+def load_snapshot(inventory: Path, extra_vars: tuple[str, ...] = SNAPSHOT_EXTRA_VARS) -> dict[str, Any]:
     inventory = Path(inventory)
     if not inventory.exists():
         raise InventoryError(
@@ -150,7 +153,7 @@ def load_snapshot(inventory: Path) -> dict[str, Any]:
     if proc.returncode != 0:
         raise InventoryError(explain_failure(inventory, proc.stderr))
     try:
-        snapshot = snapshot_from_listing(json.loads(proc.stdout))
+        snapshot = snapshot_from_listing(json.loads(proc.stdout), extra_vars)
     except json.JSONDecodeError as exc:
         raise InventoryError(
             f"{TOOL} printed no JSON listing for {inventory} ({exc.msg}); run it by hand"
