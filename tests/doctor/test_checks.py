@@ -191,3 +191,21 @@ def test_the_controller_skips_the_node_checks():
 def test_every_check_serializes(status):
     check = checks.Check("h", "os", status, "m", "f")
     assert check.to_dict() == {"host": "h", "name": "os", "status": status.value, "message": "m", "fix": "f"}
+
+
+def test_a_local_cluster_node_passes_as_molecule_faults_expects():
+    """The probe's real answer from a local-cluster container, checked as the local inventory declares it."""
+    f = facts.parse((FIXTURES / "probe-local-cluster-node.txt").read_text())
+    assert f.unreadable == {} and f.is_mount_point("/srv/megahour")
+    snap = snapshot(
+        megahour_gpu={"model": "h100", "count": 2},
+        megahour_fabric={"type": "none"},
+        megahour_nvme_devices=[],
+        megahour_cache_dirs=[{"path": "/var/lib/megahour/nvme0", "size": "1GB"}],
+    )
+    for hv in snap["hosts"].values():
+        hv["common_time_sync_enabled"] = False
+    expect = checks.expect_from_snapshot(snap, "gpu1")
+    result = checks.check_host(expect, f, (f.clock - 1, f.clock + 1), min_free_gib=1)
+    assert [c.render() for c in result if c.status in (Status.FAIL, Status.WARN)] == []
+    assert by_name(result)["time_sync"].status is Status.SKIP  # NTPSynchronized=no, as in any container
