@@ -21,7 +21,7 @@ ALLOWED: dict[str, set[str]] = {
     "job_contract": set(),
     "cliutil": set(),
     "slurm": set(),
-    "inventory": set(),
+    "inventory": {"atomicio"},
     "doctor": {"inventory", "health"},
     "metrics": {"atomicio"},
     "cluster": {"atomicio"},

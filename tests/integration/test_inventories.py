@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from megahour.cluster.spec import ClusterSpec
-from tests.conftest import REPO, tool
+from megahour.inventory.source import load_snapshot
+from tests.conftest import REPO, filter_plugins, tool
 
 pytestmark = pytest.mark.integration
 EXAMPLES = ["example-baremetal-h100", "example-cloud-h200"]
@@ -221,3 +222,98 @@ def test_examples_differ_only_in_group_vars():
     first, second = (REPO / "inventories" / name for name in EXAMPLES)
     assert (first / "hosts.yml").read_text() == (second / "hosts.yml").read_text()
     assert sorted(p.name for p in first.iterdir()) == sorted(p.name for p in second.iterdir())
+
+
+# --- `megahour inventory new`: a scaffolded inventory through the real ansible tools ---------------------
+
+GPU_PROFILES_FILTER = REPO / "roles" / "slurm_client" / "filter_plugins" / "gpu_profiles.py"
+CUSTOM_PROFILE = (
+    "megahour_gpu_profiles: {mygpu: {product_names: ['ACME MyGPU*'], counts_per_node: [4], "
+    "min_driver_branch: 600}}\n"
+)
+
+
+def _scaffold_args(name: str, directory: Path, gpu: str | None = "b200") -> list[str]:
+    args = [tool("megahour"), "inventory", "new", name, "--dir", str(directory)]
+    if gpu is not None:
+        args += ["--gpu", gpu]
+    return [
+        *args,
+        *("--gpus-per-node", "4", "--nodes", "4", "--fabric", "roce", "--fabric-interface", "bond0"),
+        *("--nvme", "/dev/nvme0n1", "--nvme", "/dev/nvme1n1", "--os", "ubuntu-24.04"),
+        *("--under-store", "s3://lab-episodes/megahour", "--ansible-user", "ubuntu"),
+    ]
+
+
+def _no_stdin(args: list[str]) -> list[str]:
+    """``args`` with stdin from /dev/null: not a terminal, whatever runs the tests."""
+    return ["sh", "-c", 'exec "$@" </dev/null', "sh", *args]
+
+
+def _assert_valid_everywhere(run, inv: Path) -> None:
+    cli = run([tool("megahour"), "inventory", "validate", "-i", str(inv)])
+    assert cli.returncode == 0, cli.stdout + cli.stderr
+    play = run([tool("ansible-playbook"), "-i", str(inv), "playbooks/validate.yml"])
+    assert play.returncode == 0, play.stdout[-3000:] + play.stderr
+    assert "Inventory valid: 4 compute node(s)" in play.stdout
+
+
+def _gres_type(host_vars: dict) -> str:
+    """What slurm.conf and gres.conf render as the node's GRES type (roles/slurm_client's filter)."""
+    gres = filter_plugins(GPU_PROFILES_FILTER)["gpu_gres_type"]
+    return gres(host_vars["megahour_gpu"]["model"], host_vars.get("megahour_gpu_profiles") or {})
+
+
+def test_a_scaffolded_inventory_passes_the_cli_and_the_validate_play(run, tmp_path):
+    proc = run(_no_stdin(_scaffold_args("vendor4", tmp_path)))
+    inv = tmp_path / "vendor4"
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"✓ {inv}: written and valid" in proc.stdout
+    _assert_valid_everywhere(run, inv)
+    snap = load_snapshot(inv)  # what ansible-inventory resolves
+    assert snap["groups"]["compute"] == ["gpu001", "gpu002", "gpu003", "gpu004"]
+    for host in snap["groups"]["compute"]:
+        hv = snap["hosts"][host]
+        assert _gres_type(hv) == "b200"
+        assert hv["megahour_gpu"] == {"model": "b200", "count": 4}
+        assert hv["megahour_cache_dirs"] == [
+            {"path": "/mnt/nvme0/alluxio", "size": "3TB"},
+            {"path": "/mnt/nvme1/alluxio", "size": "3TB"},
+        ]
+        assert hv["megahour_fabric"] == {"type": "roce", "interface": "bond0"}
+    assert snap["hosts"]["head01"]["ansible_become"] is True
+    assert "Gres=gpu:b200:4" in (inv / "group_vars" / "compute.yml").read_text()
+
+
+def test_a_scaffolded_inventory_takes_a_custom_gpu_profile_without_code(run, tmp_path):
+    assert run(_no_stdin(_scaffold_args("vendor4", tmp_path))).returncode == 0
+    inv = tmp_path / "vendor4"
+    with (inv / "group_vars" / "all.yml").open("a") as f:
+        f.write(CUSTOM_PROFILE)
+    compute = inv / "group_vars" / "compute.yml"
+    text = compute.read_text()
+    assert text.count("  model: b200\n") == 1
+    compute.write_text(text.replace("  model: b200\n", "  model: mygpu\n"))
+    _assert_valid_everywhere(run, inv)
+    hv = load_snapshot(inv)["hosts"]["gpu001"]
+    assert hv["megahour_gpu"]["model"] == "mygpu" and _gres_type(hv) == "mygpu"
+    # The scaffold itself knows the built-in profiles only, and says which.
+    refused = run(_no_stdin(_scaffold_args("vendor5", tmp_path, gpu="mygpu")))
+    assert refused.returncode == 2, refused.stdout + refused.stderr
+    (line,) = refused.stderr.strip().splitlines()
+    assert line.startswith("error: --gpu: unknown GPU model 'mygpu'. Fix: pass --gpu one of ")
+    assert "a100, b200, b300, gb200, h100, h20, h200, l40s, rtx-pro-6000" in line
+    assert not (tmp_path / "vendor5").exists()
+
+
+def test_scaffolding_refuses_an_existing_inventory_and_a_missing_answer(run, tmp_path):
+    assert run(_no_stdin(_scaffold_args("vendor4", tmp_path))).returncode == 0
+    again = run(_no_stdin(_scaffold_args("vendor4", tmp_path)))
+    assert again.returncode == 2 and again.stdout == ""
+    (line,) = again.stderr.strip().splitlines()
+    assert line.startswith("error: ") and "--force" in line
+    missing = run(_no_stdin(_scaffold_args("vendor6", tmp_path, gpu=None)))
+    assert missing.returncode == 2
+    (line,) = missing.stderr.strip().splitlines()
+    assert line.startswith("error: missing --gpu") and "not a terminal" in line
+    assert not (tmp_path / "vendor6").exists()

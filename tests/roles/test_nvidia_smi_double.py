@@ -73,7 +73,7 @@ def test_gate_query_template_matches_the_gate_fields():
 
 
 def test_doctor_query_template_answers_the_probe_with_real_cells():
-    """The double answers the exact command the doctor's probe runs, with the VirtualClient capture's cells."""
+    """The double answers the exact command the doctor's probe runs, with the VirtualClient cells."""
     import re
 
     from megahour.doctor import facts
