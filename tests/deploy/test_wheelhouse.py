@@ -1,6 +1,9 @@
 """megahour.deploy.wheelhouse: the keys the roles' wheelhouses are cached under, and the build."""
 
+import fnmatch
+import shutil
 import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -175,3 +178,291 @@ def test_a_failed_pip_leaves_nothing_behind(source, tmp_path, archive):
     with pytest.raises(wheelhouse.WheelhouseError, match="exit code 1: ERROR: no matching distribution"):
         wheelhouse.ensure(planned, "python3", run=FakePip(returncode=1))
     assert list((tmp_path / "cache").iterdir()) == []
+
+
+# Targets: the nodes' Python and architecture.
+
+X86_PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(36, 16, -1)] + ["manylinux2014_x86_64"]
+
+
+def test_a_target_is_named_by_its_tag_and_platforms():
+    target = wheelhouse.Target("3.13", "x86_64")
+    assert (target.tag, target.abi) == ("cp313-x86_64", "cp313")
+    assert target.platforms == X86_PLATFORMS
+    assert wheelhouse.Target("3.12", "aarch64").platforms[-1] == "manylinux2014_aarch64"
+    assert wheelhouse.Target.parse("3.13", "x86_64") == target
+    assert wheelhouse.Target.parse(" 3.13 ", "x86_64") == target
+    assert wheelhouse.Target.parse(None, None) is None
+    assert wheelhouse.Target.parse("", "") is None
+
+
+@pytest.mark.parametrize(
+    "python,arch,message",
+    [
+        (
+            "3.13.1",
+            "x86_64",
+            r"target python '3.13.1' is not a CPython 3 MAJOR.MINOR version: give it as 3.13",
+        ),
+        ("3", "x86_64", "target python '3' is not"),
+        ("2.7", "x86_64", "target python '2.7' is not"),
+        ("py3.13", "x86_64", "target python 'py3.13' is not"),
+        ("3.013", "x86_64", "target python '3.013' is not"),
+        (3.13, "x86_64", "target python 3.13 is not"),
+        ("3.13", "amd64", r"target arch 'amd64' is not one of x86_64, aarch64: .*ansible_facts.architecture"),
+        ("3.13", "arm64", "amd64 is x86_64, arm64 is aarch64"),
+        ("3.13", "i686", "target arch 'i686'"),
+    ],
+)
+def test_a_bad_target_says_what_to_give(python, arch, message):
+    with pytest.raises(wheelhouse.WheelhouseError, match=message):
+        wheelhouse.Target(python, arch)
+
+
+@pytest.mark.parametrize("python,arch", [("3.13", None), (None, "x86_64"), ("", "aarch64")])
+def test_a_target_needs_both_python_and_arch(python, arch):
+    with pytest.raises(wheelhouse.WheelhouseError, match="give both"):
+        wheelhouse.Target.parse(python, arch)
+
+
+def test_a_target_suffixes_the_key(source, tmp_path):
+    target = wheelhouse.Target("3.13", "x86_64")
+    plain = wheelhouse.plan(source, tmp_path, extras=["a"], requirements=["x==1"])
+    targeted = wheelhouse.plan(source, tmp_path, extras=["a"], requirements=["x==1"], target=target)
+    assert targeted.key == f"{plain.key}-cp313-x86_64"
+    assert targeted.path == tmp_path / targeted.key
+    assert targeted.specs == plain.specs
+    assert (targeted.source_dir, targeted.extras, targeted.target) == (str(source), ("a",), target)
+    assert wheelhouse.plan(source, tmp_path, archive=True, target=target).path.name.endswith(
+        "-cp313-x86_64.tar"
+    )
+    pins = wheelhouse.plan(
+        source, tmp_path, pins_of_extra="train", target=wheelhouse.Target("3.12", "aarch64")
+    )
+    assert pins.key == wheelhouse.plan(source, tmp_path, pins_of_extra="train").key + "-cp312-aarch64"
+    assert pins.source_dir is None and pins.extras == ()
+    assert pins.marker == f".digest-{pins.key}"
+
+
+class FakePython:
+    """Stands in for the control node's interpreter: answers the probe, `pip wheel` and `pip download`."""
+
+    def __init__(self, probe="cpython linux 3.11 x86_64", fail_download=False):
+        self.calls = []
+        self.probe = probe
+        self.fail_download = fail_download
+
+    def __call__(self, argv, **_kwargs):
+        self.calls.append(argv)
+        if argv[1] == "-c":
+            return subprocess.CompletedProcess(argv, 0, self.probe + "\n", "")
+        assert argv[1:3] == ["-m", "pip"]
+        if argv[3] == "wheel":
+            wheel_dir = Path(argv[argv.index("--wheel-dir") + 1])
+            assert wheel_dir.name.startswith(".") and wheel_dir.name.endswith(".tmp")
+            (wheel_dir / "megahour-0.1.0-py3-none-any.whl").write_bytes(b"wheel")
+            return subprocess.CompletedProcess(argv, 0, "", "")
+        assert argv[3] == "download"
+        if self.fail_download:
+            return subprocess.CompletedProcess(argv, 1, "", "ERROR: No matching distribution found for av")
+        dest = Path(argv[argv.index("--dest") + 1])
+        (dest / "PyYAML-6.0.3-cp313-cp313-manylinux_2_17_x86_64.whl").write_bytes(b"wheel")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+
+def cross_download_argv(python, tmp, python_version, abi, platforms, specs):
+    return [
+        python, "-m", "pip", "download", "--quiet", "--only-binary=:all:",
+        "--python-version", python_version, "--implementation", "cp", "--abi", abi,
+        *[arg for platform in platforms for arg in ("--platform", platform)],
+        "--dest", str(tmp), *specs,
+    ]  # fmt: skip
+
+
+def test_the_interpreters_own_target_builds_with_pip_wheel_as_before(source, tmp_path):
+    target = wheelhouse.Target("3.11", "x86_64")
+    planned = wheelhouse.plan(source, tmp_path / "cache", extras=["a"], requirements=["x==1"], target=target)
+    python = FakePython()
+    assert wheelhouse.ensure(planned, "/venv/bin/python", run=python)
+    probe, build = python.calls
+    assert probe[:2] == ["/venv/bin/python", "-c"]
+    tmp = build[6]
+    assert build == [
+        "/venv/bin/python",
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--wheel-dir",
+        tmp,
+        f"{source}[a]",
+        "x==1",
+    ]
+    assert [p.name for p in planned.path.iterdir()] == ["megahour-0.1.0-py3-none-any.whl"]
+    assert [p.name for p in planned.path.parent.iterdir()] == [planned.key]
+    assert not wheelhouse.ensure(planned, "/venv/bin/python", run=python)
+    assert len(python.calls) == 2  # present: not even the probe
+
+
+def test_no_target_asks_the_interpreter_nothing(source, tmp_path):
+    planned = wheelhouse.plan(source, tmp_path / "cache")
+    python = FakePython()
+    assert wheelhouse.ensure(planned, "python3", run=python)
+    assert [call[3] for call in python.calls] == ["wheel"]
+
+
+def test_a_cross_source_build_makes_megahours_wheel_then_downloads_binary_wheels(source, tmp_path):
+    target = wheelhouse.Target("3.13", "x86_64")
+    planned = wheelhouse.plan(
+        source, tmp_path / "cache", extras=["a", "b"], requirements=["x==1"], target=target
+    )
+    python = FakePython()
+    assert wheelhouse.ensure(planned, "/venv/bin/python", run=python)
+    probe, build, download = python.calls
+    assert probe[:2] == ["/venv/bin/python", "-c"]
+    tmp = Path(build[7])
+    assert tmp.parent == tmp_path / "cache" and tmp.name.startswith(f".{planned.key}.")
+    assert build == [
+        "/venv/bin/python",
+        "-m",
+        "pip",
+        "wheel",
+        "--quiet",
+        "--no-deps",
+        "--wheel-dir",
+        str(tmp),
+        str(source),
+    ]
+    wheel = tmp / "megahour-0.1.0-py3-none-any.whl"
+    assert download == cross_download_argv(
+        "/venv/bin/python", tmp, "3.13", "cp313", X86_PLATFORMS, [f"{wheel}[a,b]", "x==1"]
+    )
+    assert sorted(p.name for p in planned.path.iterdir()) == [
+        "PyYAML-6.0.3-cp313-cp313-manylinux_2_17_x86_64.whl",
+        "megahour-0.1.0-py3-none-any.whl",
+    ]
+    assert [p.name for p in planned.path.parent.iterdir()] == [planned.key]
+
+
+def test_a_cross_source_build_without_extras_downloads_the_wheel_itself(source, tmp_path):
+    planned = wheelhouse.plan(source, tmp_path / "cache", target=wheelhouse.Target("3.12", "x86_64"))
+    python = FakePython()
+    assert wheelhouse.ensure(planned, "python3", run=python)
+    tmp = Path(python.calls[1][7])
+    assert python.calls[2][-1] == str(tmp / "megahour-0.1.0-py3-none-any.whl")
+    assert python.calls[2][python.calls[2].index("--abi") + 1] == "cp312"
+
+
+@pytest.mark.parametrize(
+    "probe",
+    [
+        "cpython linux 3.11 aarch64",  # another machine
+        "pypy linux 3.13 x86_64",  # another implementation
+        "cpython darwin 3.13 arm64",  # a Mac control node
+        "cpython darwin 3.13 x86_64",  # not Linux, though the version and machine match
+    ],
+)
+def test_any_other_interpreter_cross_builds(source, tmp_path, probe):
+    target = wheelhouse.Target("3.13", "x86_64")
+    planned = wheelhouse.plan(source, tmp_path / "cache", pins_of_extra="train", target=target)
+    python = FakePython(probe=probe)
+    assert wheelhouse.ensure(planned, "python3", run=python)
+    _probe, download = python.calls  # a pins wheelhouse: no megahour wheel, the pins alone
+    tmp = Path(download[download.index("--dest") + 1])
+    assert download == cross_download_argv(
+        "python3", tmp, "3.13", "cp313", X86_PLATFORMS, ["torch==2.13.0", "numpy>=1.26"]
+    )
+
+
+def test_an_aarch64_target_asks_for_aarch64_platforms(source, tmp_path):
+    planned = wheelhouse.plan(
+        source, tmp_path / "cache", pins_of_extra="train", target=wheelhouse.Target("3.11", "aarch64")
+    )
+    python = FakePython()
+    assert wheelhouse.ensure(planned, "python3", run=python)
+    download = python.calls[1]
+    platforms = [download[i + 1] for i, arg in enumerate(download) if arg == "--platform"]
+    assert platforms == [f"manylinux_2_{minor}_aarch64" for minor in range(36, 16, -1)] + [
+        "manylinux2014_aarch64"
+    ]
+
+
+@pytest.mark.parametrize("archive", [False, True])
+def test_a_failed_cross_build_names_the_target_and_the_fix(source, tmp_path, archive):
+    target = wheelhouse.Target("3.13", "aarch64")
+    planned = wheelhouse.plan(source, tmp_path / "cache", extras=["episodes"], target=target, archive=archive)
+    with pytest.raises(wheelhouse.WheelhouseError) as failed:
+        wheelhouse.ensure(planned, "python3", run=FakePython(fail_download=True))
+    message = str(failed.value)
+    assert "exit code 1: ERROR: No matching distribution found for av" in message
+    assert "for the nodes' CPython 3.13 on aarch64 (cp313-aarch64)" in message
+    assert "control node's python3 (cpython 3.11 on linux x86_64)" in message
+    assert (
+        "a dependency without a binary wheel for cp313-aarch64 needs either a control node Python" in message
+    )
+    assert "or a pin of a version with wheels for it" in message
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_an_interpreter_that_cannot_say_what_it_is_fails_before_building(source, tmp_path):
+    planned = wheelhouse.plan(source, tmp_path / "cache", target=wheelhouse.Target("3.13", "x86_64"))
+
+    def broken(argv, **_kwargs):
+        return subprocess.CompletedProcess(argv, 127, "", "python9: not found")
+
+    with pytest.raises(
+        wheelhouse.WheelhouseError, match=r"cannot ask python9 .*\(exit code 127\): python9: not found"
+    ):
+        wheelhouse.ensure(planned, "python9", run=broken)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_a_source_that_is_not_pure_python_cannot_cross(source, tmp_path):
+    planned = wheelhouse.plan(source, tmp_path / "cache", target=wheelhouse.Target("3.13", "x86_64"))
+
+    def compiled(argv, **kwargs):
+        if argv[1] == "-c":
+            return subprocess.CompletedProcess(argv, 0, "cpython linux 3.11 x86_64\n", "")
+        wheel_dir = Path(argv[argv.index("--wheel-dir") + 1])
+        (wheel_dir / "megahour-0.1.0-cp311-cp311-linux_x86_64.whl").write_bytes(b"wheel")
+        return subprocess.CompletedProcess(argv, 0, "", "")
+
+    with pytest.raises(wheelhouse.WheelhouseError, match=r"not one pure-Python \(py3-none-any\) wheel"):
+        wheelhouse.ensure(planned, "python3", run=compiled)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+@pytest.mark.integration
+def test_a_real_cross_build_for_python_3_13(tmp_path):
+    """pip and PyPI: megahour (no extras: PyYAML, rich) for CPython 3.13 on x86_64, then 3.11's own path."""
+    source = tmp_path / "src"
+    shutil.copytree(
+        REPO / "python", source / "python", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(REPO / name, source / name)
+    calls = []
+
+    def recorded(argv, **kwargs):
+        calls.append(argv)
+        return subprocess.run(argv, **kwargs, timeout=240)
+
+    cross = wheelhouse.plan(source, tmp_path / "cache", target=wheelhouse.Target("3.13", "x86_64"))
+    assert wheelhouse.ensure(cross, sys.executable, run=recorded)
+    names = sorted(p.name for p in cross.path.iterdir())
+    assert any(fnmatch.fnmatch(n.lower(), "pyyaml-*-cp313-*manylinux*x86_64*.whl") for n in names), names
+    assert any(fnmatch.fnmatch(n, "megahour-*-py3-none-any.whl") for n in names), names
+    assert any(n.startswith("rich-") for n in names), names
+    assert [call[3] for call in calls[1:]] == ["wheel", "download"]
+
+    own = wheelhouse.interpreter(sys.executable)[0]
+    if own is None or own.python != "3.11":
+        pytest.skip(f"this machine's Python is {own}, not 3.11 on a known architecture")
+    calls.clear()
+    native = wheelhouse.plan(source, tmp_path / "cache", target=own)
+    assert native.key.endswith(f"-cp311-{own.arch}")
+    assert wheelhouse.ensure(native, sys.executable, run=recorded)
+    assert calls[1][:6] == [sys.executable, "-m", "pip", "wheel", "--quiet", "--wheel-dir"]
+    assert len(calls) == 2  # the probe, then `pip wheel` as before targets existed
+    names = sorted(p.name for p in native.path.iterdir())
+    assert any(fnmatch.fnmatch(n.lower(), "pyyaml-*-cp311-*.whl") for n in names), names

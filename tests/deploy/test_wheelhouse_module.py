@@ -39,7 +39,7 @@ def play(run, tmp_path):
         yaml.safe_dump({"all": {"hosts": {"ctl": {"ansible_connection": "local"}}}})
     )
 
-    def _play(*args, **module_args):
+    def _play(*args, expect_failure=False, **module_args):
         out = tmp_path / "result.json"
         playbook = [
             {
@@ -77,6 +77,9 @@ def play(run, tmp_path):
         proc = run(
             [tool("ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(tmp_path / "play.yml"), *args]
         )
+        if expect_failure:
+            assert proc.returncode != 0, proc.stdout[-3000:]
+            return proc.stdout
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
         return json.loads(out.read_text())
 
@@ -108,6 +111,33 @@ def test_naming_only_builds_nothing(play):
     built = _play(pins_of_extra="train")
     assert built["changed"] and built["wheelhouse"] == named["wheelhouse"]
     assert "-m pip wheel --quiet --wheel-dir" in (tmp_path / "bin" / "pip.log").read_text()
+
+
+def test_a_target_names_a_wheelhouse_of_its_own(play):
+    _play, _source, tmp_path = play
+    plain = _play(pins_of_extra="train", build=False)
+    named = _play(pins_of_extra="train", build=False, target_python="3.13", target_arch="aarch64")
+    assert plain["target"] is None
+    assert named["target"] == "cp313-aarch64"
+    assert named["key"] == plain["key"] + "-cp313-aarch64"
+    assert named["wheelhouse"] == str(tmp_path / "cache" / named["key"])
+    assert not (tmp_path / "bin" / "pip.log").exists()
+
+
+@pytest.mark.parametrize(
+    "target,message",
+    [
+        ({"target_python": "3.13.1", "target_arch": "x86_64"}, "target python '3.13.1' is not a CPython 3"),
+        (
+            {"target_python": "3.13", "target_arch": "arm64"},
+            "target arch 'arm64' is not one of x86_64, aarch64",
+        ),
+        ({"target_python": "3.13"}, "parameters are required together: target_python, target_arch"),
+    ],
+)
+def test_a_bad_target_fails_the_task_saying_why(play, target, message):
+    _play, _source, _tmp_path = play
+    assert message in _play(expect_failure=True, build=False, **target)
 
 
 def test_an_archive_holds_the_marker_the_node_unpacks_against(play):
