@@ -13,8 +13,9 @@ from typing import Any
 
 from megahour.doctor.facts import MISSING_COMMAND, HostFacts
 from megahour.inventory.platforms import PLATFORMS, RUNTIME_MIN_PYTHON
-from megahour.inventory.profiles import GpuProfile, ProfileError, merged_profiles
-from megahour.inventory.validate import COMPUTE_GROUP, DEFAULT_SHARED_ROOT
+from megahour.inventory.profiles import VARIABLE as PROFILES_VARIABLE
+from megahour.inventory.profiles import GpuProfile, ProfileError, profile_for
+from megahour.inventory.validate import COMPUTE_GROUP, DEFAULT_SHARED_ROOT, cache_dirs_variable
 
 # Free space the root filesystem needs for the runtime, Slurm's state and logs (the trainer's wheels
 # live on the shared filesystem).
@@ -98,11 +99,11 @@ def expect_from_snapshot(snapshot: dict[str, Any], host: str) -> HostExpect:
     profile = None
     if compute and model is not None:
         try:
-            profile = merged_profiles(hv.get("megahour_gpu_profiles")).get(str(model).strip().lower())
+            profile = profile_for(model, hv.get(PROFILES_VARIABLE))
         except ProfileError as exc:
             problems.append(str(exc))
     fabric = hv.get("megahour_fabric") if isinstance(hv.get("megahour_fabric"), dict) else {}
-    dirs_var = hv.get("alluxio_worker_page_dirs", hv.get("megahour_cache_dirs")) or []
+    dirs_var = hv.get(cache_dirs_variable(hv)) or []
     cache_dirs = (
         tuple(d["path"] for d in dirs_var if isinstance(d, dict) and isinstance(d.get("path"), str))
         if isinstance(dirs_var, list)

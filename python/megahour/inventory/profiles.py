@@ -159,8 +159,6 @@ BUILTIN: dict[str, GpuProfile] = {
         ),
     )
 }
-# Kept for callers that only need the built-in set.
-PROFILES = BUILTIN
 
 
 class ProfileError(ValueError):

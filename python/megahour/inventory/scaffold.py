@@ -31,6 +31,7 @@ from megahour.inventory.validate import (
     SERVICE_GROUPS,
     UFS_SCHEMES,
     group_findings,
+    unrendered,
     validate,
 )
 
@@ -163,10 +164,6 @@ def _fixes(answers: ScaffoldAnswers) -> dict[str, str]:
     }
 
 
-def _jinja(value: Any) -> bool:
-    return isinstance(value, str) and ("{{" in value or "{%" in value)
-
-
 def name_error(name: str) -> str | None:
     """The error line for an unusable inventory name, or None."""
     if NAME_RE.match(name):
@@ -184,7 +181,7 @@ def _own_errors(answers: ScaffoldAnswers, fixes: dict[str, str]) -> dict[str, st
     for field in FLAGS:
         value = getattr(answers, field)
         values = value if isinstance(value, tuple) else (value,)
-        if any(_jinja(v) for v in values):
+        if any(unrendered(v) for v in values):
             add(field, f"{value!r} holds a Jinja expression, which Ansible would evaluate")
     bad_name = name_error(answers.name)
     if bad_name is not None:

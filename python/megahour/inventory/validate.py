@@ -249,7 +249,7 @@ def _check_access(host: str, hv: dict[str, Any]) -> list[Finding]:
     connection = hv.get("ansible_connection")
     if connection in LOCAL_CONNECTIONS or user in (None, "", "root"):
         findings: list[Finding] = []
-    elif not _truthy(hv.get("ansible_become")) and not _unrendered(hv.get("ansible_become")):
+    elif not _truthy(hv.get("ansible_become")) and not unrendered(hv.get("ansible_become")):
         findings = [
             Finding(
                 "ansible_become",
@@ -283,7 +283,7 @@ def _check_access(host: str, hv: dict[str, Any]) -> list[Finding]:
 
 def _check_shared_root(host: str, hv: dict[str, Any]) -> list[Finding]:
     root = hv.get("megahour_shared_root", DEFAULT_SHARED_ROOT)
-    if _unrendered(root) or (isinstance(root, str) and root.startswith("/") and root.rstrip("/") != ""):
+    if unrendered(root) or (isinstance(root, str) and root.startswith("/") and root.rstrip("/") != ""):
         return []
     return [
         Finding(
@@ -305,7 +305,7 @@ def _check_under_store(host: str, hv: dict[str, Any]) -> list[Finding]:
     if not isinstance(url, str) or not url.strip():
         return [Finding("alluxio_root_ufs", "the cache tier's under-store is not set", fix, host)]
     url = url.strip()
-    if url.startswith("/") or _unrendered(url):
+    if url.startswith("/") or unrendered(url):
         return []
     m = UFS_URL_RE.match(url)
     if m is None:
@@ -341,8 +341,9 @@ def _check_under_store(host: str, hv: dict[str, Any]) -> list[Finding]:
     return []
 
 
-def _unrendered(value: Any) -> bool:
-    """A Jinja expression `ansible-inventory --list` left as written: the play checks its value."""
+def unrendered(value: Any) -> bool:
+    """A value holding a Jinja expression (`ansible-inventory --list` leaves them as written; the validate
+    play sees them rendered, and the scaffold refuses them)."""
     return isinstance(value, str) and ("{{" in value or "{%" in value)
 
 
@@ -441,11 +442,17 @@ def _check_compute_host(host: str, hv: dict[str, Any]) -> list[Finding]:
     return findings
 
 
+def cache_dirs_variable(hv: dict[str, Any]) -> str:
+    """Which variable holds a worker's page-store directories: the alluxio role's own setting wins over
+    megahour_cache_dirs, as its default does."""
+    return "alluxio_worker_page_dirs" if "alluxio_worker_page_dirs" in hv else "megahour_cache_dirs"
+
+
 def _check_cache_dirs(host: str, hv: dict[str, Any]) -> list[Finding]:
     """The cache worker's page-store directories: what the alluxio role would refuse mid-deploy."""
-    variable = "alluxio_worker_page_dirs" if "alluxio_worker_page_dirs" in hv else "megahour_cache_dirs"
+    variable = cache_dirs_variable(hv)
     dirs = hv.get(variable)
-    if _unrendered(dirs):
+    if unrendered(dirs):
         return []
     fix = (
         f"set {variable} to one entry per NVMe filesystem, "
