@@ -1,5 +1,6 @@
-# megahour: `make up` stands up the local cluster and deploys onto it;
-# `make test` runs everything (lint, unit, integration, molecule).
+# megahour: `make up` installs the deploy toolchain (Ansible, the collections, megahour's core), stands up
+# the local cluster and deploys onto it; `make test` adds the test stack and runs everything (lint, unit,
+# integration, molecule).
 SHELL := /bin/bash
 PYTHON ?= python3
 VENV ?= .venv
@@ -15,12 +16,14 @@ REMOTE_STORE ?=
 TRAIN ?=
 DEPLOY_VARS := $(if $(TRAIN),-e runtime_train=true)
 
-.PHONY: help venv prereqs image up deploy down status test lint unit integration molecule bench-deploy clean
+.PHONY: help venv venv-dev prereqs image up deploy down status test lint unit integration molecule bench-deploy clean
 
 help: ## List the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-14s %s\n", $$1, $$2}'
 
-venv: $(VENV)/.installed $(VENV)/.collections ## Create .venv with the pinned toolchain, collections and megahour
+venv: $(VENV)/.installed $(VENV)/.collections ## Create .venv with what deploying needs: Ansible, the collections, megahour's core
+
+venv-dev: venv $(VENV)/.installed-dev ## Add the test stack to .venv (torch, chDB, simulators, molecule, linters)
 
 $(VENV)/.installed: pyproject.toml
 	@if ! $(PYTHON) -c 'import ensurepip, venv' 2>/dev/null; then \
@@ -30,6 +33,13 @@ $(VENV)/.installed: pyproject.toml
 	fi
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
+	@echo "==> installing megahour's core and the deploy toolchain (the 'deploy' extra, about 0.6 GB)"
+	$(BIN)/pip install -q -e '.[deploy]'
+	touch $@
+
+# The test and development stack, only for `make test` and the targets under it: a deploy never needs it.
+$(VENV)/.installed-dev: $(VENV)/.installed
+	@echo "==> installing the test stack (the 'dev' extra, about 7 GB with torch's CUDA build; minutes)"
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
@@ -60,21 +70,21 @@ down: venv ## Remove the local cluster's containers, network and inventory
 status: venv ## Show hosts, addresses and service health
 	megahour cluster status
 
-lint: venv ## ruff and ansible-lint (production profile, no skip list)
+lint: venv-dev ## ruff and ansible-lint (production profile, no skip list)
 	ruff check python tests benchmarks library module_utils roles
 	ruff format --check python tests benchmarks library module_utils roles
 	ansible-lint
 
-unit: venv ## Unit and property tests (no containers)
+unit: venv-dev ## Unit and property tests (no containers)
 	pytest -m "not integration and not molecule"
 
-integration: venv ## Tests that run ansible-playbook/ansible-inventory locally
+integration: venv-dev ## Tests that run ansible-playbook/ansible-inventory locally
 	pytest -m integration
 
-molecule: prereqs ## The molecule scenarios (cluster, faults, warehouse); one with: pytest -m molecule -k NAME
+molecule: prereqs venv-dev ## The molecule scenarios (cluster, faults, warehouse); one with: pytest -m molecule -k NAME
 	pytest -m molecule
 
-test: prereqs lint ## Everything: lint, unit, integration and molecule; ends with pytest's summary
+test: prereqs venv-dev lint ## Everything: lint, unit, integration and molecule; ends with pytest's summary
 	pytest
 
 bench-deploy: prereqs ## Time `make up` on a cold and a warm image cache
