@@ -1,0 +1,86 @@
+"""upgrade.yml rolls through the compute nodes with site.yml's roles: the two lists must not drift apart."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import tool
+
+PLAYBOOKS = Path(__file__).resolve().parents[2] / "playbooks"
+
+
+def load(name: str) -> list[dict]:
+    return yaml.safe_load((PLAYBOOKS / name).read_text())
+
+
+def role_names(play: dict) -> list[str]:
+    return [r["role"] if isinstance(r, dict) else r for r in play.get("roles", [])]
+
+
+def site_roles_on_cluster_hosts() -> list[str]:
+    """The roles site.yml applies to the cluster hosts, in order (plays whose hosts start with cluster)."""
+    roles = []
+    for play in load("site.yml"):
+        if str(play.get("hosts", "")).startswith("cluster"):
+            roles += role_names(play)
+    return roles
+
+
+def compute_play() -> dict:
+    (play,) = [p for p in load("upgrade.yml") if p.get("hosts") == "compute"]
+    return play
+
+
+def test_the_rolling_play_applies_site_roles_in_site_order() -> None:
+    assert role_names(compute_play()) == site_roles_on_cluster_hosts()
+    assert "runtime" in role_names(compute_play())
+
+
+def test_every_site_play_takes_the_hosts_filter_upgrade_sets() -> None:
+    # upgrade.yml imports site.yml with ':!compute' first; a play without the filter would deploy the
+    # compute nodes at once, without drains.
+    plays = load("site.yml") + load("smoke.yml") + load("preflight.yml")
+    for play in plays:
+        if any(key.endswith("import_playbook") for key in play):
+            continue
+        assert str(play["hosts"]).endswith("{{ megahour_site_hosts_filter | default('') }}"), play["name"]
+    (services,) = [p for p in load("upgrade.yml") if p.get("ansible.builtin.import_playbook") == "site.yml"]
+    assert services["vars"] == {"megahour_site_hosts_filter": ":!compute"}
+
+
+def test_the_roll_is_serial_stops_on_a_failure_and_drains_outside_the_health_prefix() -> None:
+    play = compute_play()
+    assert play["serial"] == "{{ upgrade_serial | default(1) }}"
+    assert play["max_fail_percentage"] == 0
+    # The health gates rewrite and the sweeper resumes `megahour:` drains; an upgrade's must be left alone.
+    assert not play["vars"]["upgrade_reason"].startswith("megahour:")
+    resume = [t for t in play["post_tasks"] if "RESUME" in str(t.get("ansible.builtin.command", ""))]
+    assert len(resume) == 1
+    assert "upgrade_reason_now.stdout | trim is match('upgrade[:] ')" in resume[0]["when"]
+
+
+@pytest.mark.integration
+def test_the_service_plays_leave_out_compute_and_the_roll_takes_only_compute() -> None:
+    # ansible-playbook --list-hosts resolves every play's pattern against a real inventory.
+    inventory = PLAYBOOKS.parent / "inventories" / "example-baremetal-h100"
+    proc = subprocess.run(
+        [tool("ansible-playbook"), "-i", str(inventory), "--list-hosts", str(PLAYBOOKS / "upgrade.yml")],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "ANSIBLE_CONFIG": str(PLAYBOOKS.parent / "ansible.cfg")},
+    )
+    play_listing = r"play #\d+ \(([^)]*)\): (.+?)\tTAGS.*?hosts \(\d+\):\n((?:      \S+\n)*)"
+    plays = re.findall(play_listing, proc.stdout, re.S)
+    hosts = {name: set(block.split()) for _pattern, name, block in plays}
+    compute = {"gpu001", "gpu002"}
+    assert hosts["Roll through the compute nodes"] == compute
+    for name in ("Base host setup", "Slurm", "Monitoring", "Cache tier", "GPU preflight"):
+        assert not hosts[name] & compute, name
+    assert hosts["Base host setup"] == {"head01"}
