@@ -1,8 +1,10 @@
 """The molecule scenarios, on systemd containers.
 
-- cluster: site.yml on three containers; create -> converge -> idempotence (0 changed) -> verify,
-  where verify asserts sinfo, srun, sbatch + sacct, GRES, the live resilience settings, the cache
-  tier and the loader, and an ingest run.
+- cluster: the rolling upgrade on four containers; create -> prepare (the previous release's site.yml,
+  jobs left running) -> converge (the checkout's upgrade.yml) -> idempotence (0 changed) -> verify,
+  where verify asserts what the roll did (every host stamped, the jobs completed, each node drained
+  only after its job ended), then sinfo, srun, sbatch + sacct, GRES, the live resilience settings, the
+  cache tier and the loader, and an ingest run.
 - faults: site.yml without the cache tier, the warehouse and Airflow on three containers; create ->
   converge -> check (--check on the converged hosts) -> verify, where verify injects faults (cases
   a-g of docs/resilience.md) and asserts Slurm state, traces, the sweeper and Alertmanager.
@@ -26,7 +28,7 @@ from tests.conftest import BIN, REPO, tool
 
 pytestmark = pytest.mark.molecule
 STAGES = {
-    "cluster": ("converge", "idempotence", "verify"),
+    "cluster": ("prepare", "converge", "idempotence", "verify"),
     "faults": ("converge", "check", "verify"),
     "warehouse": ("converge", "idempotence", "check", "verify"),
 }
