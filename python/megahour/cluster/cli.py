@@ -22,6 +22,8 @@ def errors() -> tuple[type[BaseException], ...]:
 
 
 def register(subparsers: cliutil.Subparsers) -> None:
+    from megahour.cluster.images import DEFAULT_SUITE, SUITES  # standard library only
+
     host = cliutil.add_group(subparsers, "host", help="this machine (the control node)", errors=errors)
     p = cliutil.add_command(
         host,
@@ -34,12 +36,19 @@ def register(subparsers: cliutil.Subparsers) -> None:
 
     cluster = cliutil.add_group(subparsers, "cluster", help="the local podman cluster", errors=errors)
     failed = "podman or the cluster's spec failed (the message says which)"
-    cliutil.add_command(
+    p = cliutil.add_command(
         cluster,
         "image",
         _cmd_cluster_image,
         help="build the node image (cached by recipe)",
         exits={0: "the image is built (or was cached)", 1: failed},
+    )
+    p.add_argument(
+        "--suite",
+        choices=list(SUITES),
+        default=DEFAULT_SUITE,
+        help="Debian release of the image: bookworm is also tagged :latest (what `cluster up` runs), "
+        "trixie is tagged :trixie and leaves :latest alone",
     )
     p = cliutil.add_command(
         cluster,
@@ -115,7 +124,7 @@ def _spec(args: argparse.Namespace):
 def _cmd_cluster_image(args: argparse.Namespace, console: Console) -> int:
     from megahour.cluster import lifecycle
 
-    tag = lifecycle.ensure_images(console)
+    tag = lifecycle.ensure_images(console, suite=args.suite)
     console.print(f"node image: {tag}", markup=False)
     return 0
 

@@ -19,6 +19,7 @@ RECIPE_VERSION = 1  # bump to force a rebuild after changing how images are made
 BASE_REPO = "localhost/megahour-base"
 NODE_REPO = "localhost/megahour-node"
 RECIPE_LABEL = "megahour.recipe"
+DEFAULT_SUITE = "bookworm"
 
 NODE_PACKAGES = (
     "ca-certificates",
@@ -33,6 +34,24 @@ NODE_PACKAGES = (
 )
 
 
+@dataclass(frozen=True)
+class Suite:
+    """What differs between the Debian releases a node image can be built from."""
+
+    alias: str  # the node image's tag besides its digest tag
+    packages: tuple[str, ...] = NODE_PACKAGES
+
+
+# Oldest release first: a suite missing from the host's apt sources is served from an older one's mirror
+# (see debian_mirror_from_sources). bookworm keeps `latest`, which `cluster up` and the molecule
+# scenarios run; any other release gets its own tag and never moves `latest`. Every NODE_PACKAGES name
+# exists in trixie (checked against trixie/main), so both suites install the same list.
+SUITES: dict[str, Suite] = {
+    "bookworm": Suite(alias="latest"),
+    "trixie": Suite(alias="trixie"),
+}
+
+
 def _digest(payload: object) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -41,9 +60,24 @@ def debian_mirror_from_sources(texts: list[str], suite: str) -> str | None:
     """The first apt URI that serves ``suite``/main, from sources.list or deb822 texts.
 
     Reusing the host's mirror keeps image builds working behind whatever apt
-    proxy or snapshot mirror the host already uses. None means "debootstrap's
-    own default".
+    proxy or snapshot mirror the host already uses. A host lists only its own
+    release, so a newer suite of SUITES (trixie on a bookworm host) takes the URI
+    that serves the nearest older suite/main: one Debian archive serves every
+    release under the same base URI. A security or updates URI never serves a
+    bare suite, so it is never taken. None means "debootstrap's own default".
     """
+    candidates = [suite]
+    if suite in SUITES:
+        older = list(SUITES)[: list(SUITES).index(suite)]
+        candidates += reversed(older)
+    for candidate in candidates:
+        uri = _first_uri(texts, candidate)
+        if uri is not None:
+            return uri
+    return None
+
+
+def _first_uri(texts: list[str], suite: str) -> str | None:
     for text in texts:
         for uri in _deb822_uris(text, suite) + _one_line_uris(text, suite):
             return uri
@@ -81,9 +115,13 @@ def _one_line_uris(text: str, suite: str) -> list[str]:
 
 @dataclass(frozen=True)
 class BaseRecipe:
-    suite: str = "bookworm"
+    suite: str = DEFAULT_SUITE
     variant: str = "minbase"
     mirror: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.suite not in SUITES:
+            raise ValueError(f"suite {self.suite!r}: the node image is built from {' or '.join(SUITES)}")
 
     @property
     def tag(self) -> str:
@@ -106,7 +144,11 @@ class BaseRecipe:
 class NodeRecipe:
     base: BaseRecipe
     ca_certificates: dict[str, bytes] = field(default_factory=dict)
-    packages: tuple[str, ...] = NODE_PACKAGES
+    packages: tuple[str, ...] | None = None  # None: the base suite's (SUITES)
+
+    def __post_init__(self) -> None:
+        if self.packages is None:
+            object.__setattr__(self, "packages", SUITES[self.base.suite].packages)
 
     @property
     def digest(self) -> str:
@@ -122,15 +164,16 @@ class NodeRecipe:
         return f"{NODE_REPO}:{self.digest}"
 
     @property
-    def latest_tag(self) -> str:
-        return f"{NODE_REPO}:latest"
+    def alias_tag(self) -> str:
+        """The suite's moving tag: `:latest` for bookworm, `:trixie` for trixie (never `:latest`)."""
+        return f"{NODE_REPO}:{SUITES[self.base.suite].alias}"
 
     def containerfile(self) -> str:
         first, rest = self._body().split("\n", 1)
         return f'{first}\nLABEL {RECIPE_LABEL}="{self.digest}"\n{rest}'
 
     def _body(self) -> str:
-        packages = " ".join(self.packages)
+        packages = " ".join(self.packages or ())
         return "\n".join(
             [
                 f"FROM {self.base.tag}",

@@ -14,7 +14,7 @@ from rich.console import Console
 
 from megahour.atomicio import atomic_write_text
 from megahour.cluster import podman
-from megahour.cluster.images import BaseRecipe, NodeRecipe, debian_mirror_from_sources
+from megahour.cluster.images import DEFAULT_SUITE, BaseRecipe, NodeRecipe, debian_mirror_from_sources
 from megahour.cluster.spec import (
     CLUSTER_LABEL,
     EXPECTED_SERVICES,
@@ -41,7 +41,8 @@ def host_ca_certificates() -> dict[str, bytes]:
     return certs
 
 
-def host_recipes() -> NodeRecipe:
+def host_recipes(suite: str = DEFAULT_SUITE) -> NodeRecipe:
+    """The node recipe of Debian ``suite`` from this host's apt mirror and extra CA certificates."""
     texts = []
     for pattern in APT_SOURCE_GLOBS:
         for path in sorted(glob.glob(pattern)):
@@ -49,13 +50,17 @@ def host_recipes() -> NodeRecipe:
                 texts.append(Path(path).read_text())
             except OSError:
                 continue
-    base = BaseRecipe(mirror=debian_mirror_from_sources(texts, "bookworm"))
+    base = BaseRecipe(suite=suite, mirror=debian_mirror_from_sources(texts, suite))
     return NodeRecipe(base=base, ca_certificates=host_ca_certificates())
 
 
-def ensure_images(console: Console, recipe: NodeRecipe | None = None) -> str:
-    """Build the base and node images unless their recipe tags exist; returns the node tag."""
-    recipe = recipe or host_recipes()
+def ensure_images(console: Console, recipe: NodeRecipe | None = None, suite: str = DEFAULT_SUITE) -> str:
+    """Build the base and node images unless their recipe tags exist; returns the node tag.
+
+    The node image is tagged with its suite's alias too: bookworm's moves `:latest` (what `up` runs),
+    trixie's moves `:trixie` and leaves `:latest` alone.
+    """
+    recipe = recipe or host_recipes(suite)
     if podman.image_exists(recipe.base.tag):
         console.print(f"[green]✓[/] base image {recipe.base.tag} (cached)")
     else:
@@ -64,7 +69,7 @@ def ensure_images(console: Console, recipe: NodeRecipe | None = None) -> str:
         console.print(f"[green]✓[/] node image {recipe.tag} (cached)")
     else:
         _build_node(console, recipe)
-    podman.podman(["tag", recipe.tag, recipe.latest_tag])
+    podman.podman(["tag", recipe.tag, recipe.alias_tag])
     return recipe.tag
 
 
