@@ -346,3 +346,72 @@ def test_sstat_failing_skips_only_the_allocation_check(paths):
     report = sweep(runner, paths, STARTED + timedelta(minutes=5))
     assert report.ok and report.stale is not None and not report.stale.checked
     assert runner.commands("scontrol reconfigure") == []
+
+
+# Slurm 24.11 (Debian 13): sinfo --json groups nodes, so the node list comes from scontrol -----------------
+
+
+def slurm2411_runner(nodes: str, jobs: str) -> FakeRunner:
+    runner = healthy_runner(sinfo_json=capture("slurm2411-sinfo-mixed.json"), squeue_json=capture(jobs))
+    runner.responses["scontrol show nodes --json"] = (capture(nodes), "", 0)
+    return runner
+
+
+def test_slurm_24_11_a_node_whose_job_holds_its_gpu_is_left_alone(paths):
+    _, metrics_path = paths
+    runner = slurm2411_runner("slurm2411-scontrol-show-nodes-mixed.json", "slurm2411-squeue-mixed.json")
+    report = sweep(runner, paths)
+    assert report.stale.checked and report.stale.stale == [] and report.stale.unjudged == []
+    assert not [w for w in report.warnings if "--json" in w]
+    # sinfo once (its grouped answer), then scontrol for every read of the node list.
+    assert runner.commands("sinfo --json") == [["sinfo", "--json"]]
+    assert runner.commands("scontrol show nodes --json") == [["scontrol", "show", "nodes", "--json"]]
+    assert metric(metrics_path, "megahour_sweep_allocation_check_ok") == "1"
+
+
+def test_slurm_24_11_an_allocated_gpu_no_job_holds_is_seen(paths):
+    # Two real captures of different moments: the node with GPU 0 allocated, and the job list after the
+    # job was cancelled. Together: what a stale allocation looks like on 24.11.
+    runner = slurm2411_runner("slurm2411-scontrol-show-nodes-mixed.json", "slurm2411-squeue-drained.json")
+    report = sweep(runner, paths)
+    (stale,) = report.stale.stale
+    assert (stale.node, stale.state, stale.configured, stale.allocated, stale.held) == (
+        "s2411",
+        "mixed",
+        2,
+        1,
+        0,
+    )
+    assert stale.stale_indices == {0} and not stale.confirmed
+
+
+def test_slurm_24_11_a_grouped_answer_where_a_list_was_expected_is_a_named_warning(paths):
+    # scontrol answering like sinfo (a misconfigured wrapper, say): the check is not made, and the warning
+    # names the command that answered and the fix.
+    runner = slurm2411_runner("slurm2411-sinfo-mixed.json", "slurm2411-squeue-mixed.json")
+    report = sweep(runner, paths)
+    assert not report.stale.checked and report.stale.why == "node list incomplete"
+    assert any(
+        w.startswith("scontrol show nodes --json: sinfo --json printed records") for w in report.warnings
+    )
+
+
+def test_slurm_24_11_a_whole_sweep_on_real_output(paths):
+    # Every query answered by 24.11 captures: the ECC drain stays, the future reservation stays.
+    runner = healthy_runner(
+        sinfo=capture("slurm2411-sinfo-nodes-format-drained.txt"),
+        reservations=capture("slurm2411-scontrol-show-reservation.txt"),
+        squeue="",  # no job running (squeue --states=RUNNING,COMPLETING prints nothing)
+        sinfo_json=capture("slurm2411-sinfo-drained.json"),
+        squeue_json=capture("slurm2411-squeue-drained.json"),
+    )
+    runner.responses["scontrol show nodes --json"] = (
+        capture("slurm2411-scontrol-show-nodes-drained.json"),
+        "",
+        0,
+    )
+    report = sweep(runner, paths)
+    assert report.ok and report.warnings == [] and report.failures == [] and report.resumed == []
+    assert report.stale.checked and report.stale.stale == []
+    assert "skip s2411: not a transient reason: ecc" in report.describe()
+    assert "keep reservation megahour-maint-1: not started yet" in report.describe()

@@ -24,6 +24,7 @@ from megahour.slurm.jobs import (
     squeue_by_name_args,
 )
 from megahour.slurm.parse import (
+    NODES_JSON_ARGS,
     RESERVATIONS_ARGS,
     SINFO_JSON_ARGS,
     SINFO_NODES_ARGS,
@@ -37,12 +38,13 @@ from megahour.slurm.parse import (
     Reservation,
     RunningJob,
     json_errors,
+    parse_nodes_gres_json,
     parse_reservations,
-    parse_sinfo_gres_json,
     parse_sinfo_nodes,
     parse_squeue_gpus_json,
     parse_squeue_running,
     parse_sstat_job_ids,
+    sinfo_json_grouped,
 )
 
 # Same call shape as subprocess.run; tests inject a fake.
@@ -92,6 +94,8 @@ class SlurmClient:
         self.runner = runner
         self.timeout = timeout
         self.env = slurm_env(env)
+        # The command that lists every node's GPUs: sinfo until it answers grouped (``node_gres``).
+        self.node_gres_args: tuple[str, ...] = SINFO_JSON_ARGS
 
     def _run(self, args: Sequence[str]) -> str:
         argv = list(args)
@@ -141,8 +145,21 @@ class SlurmClient:
         return parse_squeue_running(self._run(SQUEUE_RUNNING_ARGS))
 
     def node_gres(self) -> Parsed[NodeGres]:
-        """Every node's configured and allocated GPUs (``sinfo --json``)."""
-        return parse_sinfo_gres_json(self._run_json(SINFO_JSON_ARGS))
+        """Every node's configured and allocated GPUs, one entry per node.
+
+        Slurm 22.05's ``sinfo --json`` lists the nodes. From 23.02 it prints records that group nodes,
+        which cannot tell each node's GPUs, and ``scontrol show nodes --json`` (which 22.05 lacks) lists
+        them. So this asks sinfo, and once sinfo answers grouped, asks scontrol then and from then on
+        (``node_gres_args``). Chosen by the answer's shape rather than by a version number: the reader
+        can then only ever be given the per-node list it reads, on any packaging's version string, with no
+        extra call on 22.05; the cost on newer Slurm is one sinfo call per client.
+        """
+        if self.node_gres_args == SINFO_JSON_ARGS:
+            text = self._run_json(SINFO_JSON_ARGS)
+            if not sinfo_json_grouped(text):
+                return parse_nodes_gres_json(text)
+            self.node_gres_args = NODES_JSON_ARGS
+        return parse_nodes_gres_json(self._run_json(self.node_gres_args))
 
     def job_gpus(self) -> Parsed[JobGpus]:
         """The GPUs each job that may hold resources has on each of its nodes (``squeue --json``)."""

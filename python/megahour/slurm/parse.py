@@ -1,4 +1,5 @@
-"""Pure parsers for the output of the exact Slurm 22.05 commands ``client`` runs.
+"""Pure parsers for the output of the exact Slurm commands ``client`` runs: Debian 12's 22.05 and Debian 13's
+24.11 (tests/slurm/captures holds real output of both).
 
 No parser here raises on malformed input: each returns what it understood in
 ``items`` and every line (or hostlist fragment) it could not use in
@@ -366,14 +367,24 @@ def expand_hostlist(text: str) -> list[str]:
 
 # GPUs: per-node GRES and per-job allocations ---------------------------------
 #
-# Both come from the JSON that Slurm 22.05's sinfo and squeue print with --json (the openapi/v0.0.38
-# dump, in Debian's slurm-wlm-basic-plugins, which slurm-client depends on). JSON, not text: a job's
-# name, command, paths and comment are free text that may hold spaces, "=" and "|", and could forge
-# the "Nodes=... GRES=..." fragments of `scontrol -d show job`. Both commands ignore their other
-# options with --json (squeue lists every job it keeps, of every state) and, when slurmctld cannot be
-# reached, print {"errors": [...], "nodes": []} and exit 0: ``json_errors`` finds those errors so the
-# client can fail instead of reading "no jobs". tests/slurm/captures/ holds real output of both.
+# Both come from the JSON Slurm prints with --json (22.05: the openapi/v0.0.38 dump; 23.02 and later: a
+# data_parser plugin; both in Debian's slurm-wlm-basic-plugins, which slurm-client depends on). JSON, not
+# text: a job's name, command, paths and comment are free text that may hold spaces, "=" and "|", and
+# could forge the "Nodes=... GRES=..." fragments of `scontrol -d show job`. The commands ignore their
+# other options with --json (squeue lists every job it keeps, of every state).
+#
+# Nodes: 22.05's `sinfo --json` prints {"nodes": [...]}, one entry per node. From 23.02 it prints
+# {"sinfo": [...]}, records that each group several nodes (by partition, state and GRES use: not by
+# configured GRES, and with no per-node TRES), so it can no longer tell each node's GPUs; the same
+# release gave `scontrol show nodes --json` (22.05's scontrol has no --json), which prints the per-node
+# {"nodes": [...]} list in the shape this module reads. ``client`` asks sinfo and turns to scontrol once
+# sinfo answers grouped (``sinfo_json_grouped``).
+#
+# When slurmctld cannot be reached, 22.05 prints {"errors": [...], "nodes": []} and exits 0:
+# ``json_errors`` finds those errors so the client can fail instead of reading "no jobs"; 24.11 prints
+# nothing and exits 1.
 SINFO_JSON_ARGS = ("sinfo", "--json")
+NODES_JSON_ARGS = ("scontrol", "show", "nodes", "--json")
 SQUEUE_JSON_ARGS = ("squeue", "--json")
 GPU = "gpu"
 
@@ -415,7 +426,7 @@ class GresItem:
 
 @dataclass(frozen=True)
 class NodeGres:
-    """A node's GPUs as slurmctld counts them (``sinfo --json``)."""
+    """A node's GPUs as slurmctld counts them (``sinfo --json`` of 22.05, ``scontrol show nodes --json``)."""
 
     name: str
     state: str  # base state, lower case: "idle", "mixed", "allocated", "down", ...
@@ -588,11 +599,30 @@ def json_errors(text: str) -> list[str]:
     return lines
 
 
+# What a node reader says of a grouped ``sinfo --json`` answer: one line, the thing and the fix.
+SINFO_GROUPED = (
+    'sinfo --json printed records that group nodes ({"sinfo": [...]}, Slurm 23.02 and later), which cannot '
+    "tell each node's GPUs: read `scontrol show nodes --json` instead (SlurmClient.node_gres does)"
+)
+
+
+def sinfo_json_grouped(text: str) -> bool:
+    """Whether ``text`` is the ``{"sinfo": [...]}`` answer of ``sinfo --json`` since 23.02 (no node list)."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return False
+    return isinstance(data, dict) and isinstance(data.get("sinfo"), list) and "nodes" not in data
+
+
 def _json_list(text: str, key: str, result: Parsed[Any]) -> list[Any] | None:
     try:
         data = json.loads(text)
     except ValueError as exc:
         result.skipped.append(f"not JSON: {exc}")
+        return None
+    if key == "nodes" and sinfo_json_grouped(text):
+        result.skipped.append(SINFO_GROUPED)
         return None
     if not isinstance(data, dict) or not isinstance(data.get(key), list):
         result.skipped.append(f"no {key!r} list in the answer")
@@ -612,8 +642,13 @@ def _node_state(entry: dict[str, Any]) -> tuple[str, frozenset[str]] | None:
     return state.lower(), frozenset(str(f).upper() for f in flags)
 
 
-def parse_sinfo_gres_json(text: str) -> Parsed[NodeGres]:
-    """Parse ``sinfo --json``: one entry per node, each node once."""
+def parse_nodes_gres_json(text: str) -> Parsed[NodeGres]:
+    """Parse a per-node ``{"nodes": [...]}`` list: ``scontrol show nodes --json`` (23.02 and later) or 22.05's
+    ``sinfo --json``, one entry per node, each node once.
+
+    The grouped ``{"sinfo": [...]}`` answer of a newer sinfo holds no such list: it gives no items and one
+    note (``SINFO_GROUPED``) naming the command to read instead.
+    """
     result: Parsed[NodeGres] = Parsed()
     entries = _json_list(text, "nodes", result)
     for entry in entries or []:
@@ -645,6 +680,10 @@ def parse_sinfo_gres_json(text: str) -> Parsed[NodeGres]:
             )
         )
     return result
+
+
+# The name it had when 22.05's sinfo was the only reader.
+parse_sinfo_gres_json = parse_nodes_gres_json
 
 
 def _job_state(entry: dict[str, Any]) -> str | None:

@@ -5,9 +5,10 @@ resumes nothing and deletes nothing, and says so in the report and metrics.
 Before acting it queries again and acts only on what is still as planned, so
 an admin who re-drained a node in between keeps their reason.
 
-The stale GPU allocation check (``allocations``) has queries of its own (``sinfo --json`` and
-``squeue --json``): when they fail, that check alone is skipped (a warning and
-``megahour_sweep_allocation_check_ok 0``) and the rest of the sweep goes on.
+The stale GPU allocation check (``allocations``) has queries of its own (``sinfo --json``, or
+``scontrol show nodes --json`` on Slurm 23.02 and later, and ``squeue --json``): when they fail, that
+check alone is skipped (a warning and ``megahour_sweep_allocation_check_ok 0``) and the rest of the
+sweep goes on.
 """
 
 from __future__ import annotations
@@ -339,7 +340,8 @@ def _check_allocations(
     except SlurmQueryError as exc:
         warnings.append(f"GPU allocation check skipped: {exc}")
         return StalePlan(checked=False, why=f"Slurm query failed: {exc}", sightings=list(history.sightings))
-    warnings.extend(f"sinfo --json: {note}" for note in node_gres.skipped)
+    # The node list comes from sinfo (22.05) or scontrol (23.02 and later): name the one that answered.
+    warnings.extend(f"{' '.join(client.node_gres_args)}: {note}" for note in node_gres.skipped)
     warnings.extend(f"squeue --json: {note}" for note in job_gpus.skipped)
     warnings.extend(
         f"job {job}: slurmctld counts it running on {', '.join(sorted(on))} but no node runs its batch "
