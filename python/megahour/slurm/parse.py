@@ -709,18 +709,34 @@ def _wants_gpus(entry: dict[str, Any]) -> bool:
 
 
 def _job_nodes(entry: dict[str, Any]) -> list[str] | None:
-    """The job's nodes in Slurm's order (the order of its per-node GRES list)."""
+    """The job's nodes in Slurm's order (the order of its per-node GRES list); None when unreadable.
+
+    The per-node allocation list gives that order: ``job_resources.allocated_nodes[].nodename`` up to 23.11,
+    ``job_resources.nodes.allocation[].name`` from 24.05 (data_parser v0.0.41; the 24.11 captures). Both walk
+    the job's node list (``hostlist_nth``), as ``scontrol -d show job`` does when it pairs nodes with GRES.
+    Without one (a job whose resources Slurm did not detail), the hostlist: ``job_resources.nodes`` (a
+    string before 24.05, ``.nodes.list`` after) or the job's ``nodes``. An allocation list with an entry
+    that names no node is unreadable, not skipped over: the job would seem to hold less than it does.
+    """
     resources = entry.get("job_resources")
     nodes = entry.get("nodes")
     if isinstance(resources, dict):
-        allocated = resources.get("allocated_nodes")
-        if isinstance(allocated, list) and allocated:
-            names = [n.get("nodename") if isinstance(n, dict) else None for n in allocated]
-            if all(isinstance(n, str) and n for n in names):
-                return [str(n) for n in names]
-        if isinstance(resources.get("nodes"), str):
-            nodes = resources["nodes"]
-    if nodes is None:
+        res_nodes = resources.get("nodes")
+        if isinstance(res_nodes, dict):
+            allocated, name_key = res_nodes.get("allocation"), "name"
+            res_nodes = res_nodes.get("list")
+        else:
+            allocated, name_key = resources.get("allocated_nodes"), "nodename"
+        if allocated is not None and not isinstance(allocated, list):
+            return None
+        if allocated:
+            names = [n.get(name_key) if isinstance(n, dict) else None for n in allocated]
+            if not all(isinstance(n, str) and n and not _has_space(n) for n in names):
+                return None
+            return [str(n) for n in names]
+        if isinstance(res_nodes, str) and res_nodes:
+            nodes = res_nodes
+    if nodes is None or nodes == "":
         return []
     if not isinstance(nodes, str):
         return None
@@ -755,7 +771,11 @@ def parse_squeue_gpus_json(text: str) -> Parsed[JobGpus]:
         details = entry.get("gres_detail") or []
         nodes = _job_nodes(entry)
         if nodes is None or not isinstance(details, list):
-            result.skipped.append(f"job {job} ({state}): unreadable node list or gres_detail")
+            result.skipped.append(
+                f"job {job} ({state}): unreadable node list or gres_detail (job_resources="
+                f"{str(entry.get('job_resources'))[:200]}, nodes={entry.get('nodes')!r}, gres_detail="
+                f"{str(details)[:200]}); this job's GPUs are unknown, so no node's may be judged unheld"
+            )
             continue
         if not nodes:
             if details:
