@@ -533,7 +533,11 @@ def parse_gres(text: str | None) -> list[GresItem] | None:
     "gpu:h100:3(IDX:0-2)", "gpu:h100:4(S:0-1)", "gpu:2", "gpu", "gpu:a:1(IDX:0),gpu:b:1(IDX:1)";
     "", "(null)" and "N/A" are no GRES at all.
     """
-    if text is None or text.strip().lower() in _ABSENT:
+    if text is None:
+        return []
+    if not isinstance(text, str):
+        return None
+    if text.strip().lower() in _ABSENT:
         return []
     parts = _split_top_level(text.strip(), "(", ")", max_depth=len(text))
     if parts is None:
@@ -561,7 +565,7 @@ def tres_gpus(text: str | None) -> int | None:
 
     The untyped ``gres/gpu`` is the total; only typed ones (``gres/gpu:a100``) are summed.
     """
-    if not text:
+    if not text or not isinstance(text, str):
         return None
     untyped: int | None = None
     typed = 0
@@ -660,10 +664,17 @@ def parse_nodes_gres_json(text: str) -> Parsed[NodeGres]:
         configured = parse_gres(entry.get("gres"))
         used_text = entry.get("gres_used")
         used = parse_gres(used_text)
-        if state is None or configured is None or used is None:
+        tres = {k: entry.get(k) for k in ("tres", "tres_used")}
+        if (
+            state is None
+            or configured is None
+            or used is None
+            or any(v is not None and not isinstance(v, str) for v in tres.values())
+        ):
             result.skipped.append(
-                f"node {name}: unreadable state or GRES "
-                f"(state={entry.get('state')!r}, gres={entry.get('gres')!r}, gres_used={used_text!r})"
+                f"node {name}: unreadable state, GRES or TRES "
+                f"(state={entry.get('state')!r}, gres={entry.get('gres')!r}, gres_used={used_text!r}, "
+                f"tres={tres['tres']!r}, tres_used={tres['tres_used']!r})"
             )
             continue
         tracked = tres_gpus(entry.get("tres")) is not None
