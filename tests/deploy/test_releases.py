@@ -88,3 +88,9 @@ def test_the_command_prints_the_extracted_tree_as_json(tmp_path: Path, capsys: p
     assert Path(out["path"]).is_dir()
     assert releases.main(["--repo", str(tmp_path), "list"]) == 1
     assert "error: " in capsys.readouterr().err
+
+
+def test_the_package_says_the_version_pyproject_names() -> None:
+    import megahour
+
+    assert megahour.__version__ == releases.current_version(PYPROJECT)
