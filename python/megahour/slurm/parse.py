@@ -658,7 +658,7 @@ def parse_nodes_gres_json(text: str) -> Parsed[NodeGres]:
     for entry in entries or []:
         name = entry.get("name") if isinstance(entry, dict) else None
         if not isinstance(name, str) or not name or _has_space(name):
-            result.skipped.append(f"node entry without a name: {str(entry)[:200]}")
+            result.skipped.append(f"node entry without a name: {repr(entry)[:200]}")
             continue
         state = _node_state(entry)
         configured = parse_gres(entry.get("gres"))
@@ -766,12 +766,12 @@ def parse_squeue_gpus_json(text: str) -> Parsed[JobGpus]:
     entries = _json_list(text, "jobs", result)
     for entry in entries or []:
         if not isinstance(entry, dict):
-            result.skipped.append(f"job entry is not an object: {str(entry)[:200]}")
+            result.skipped.append(f"job entry is not an object: {repr(entry)[:200]}")
             continue
         job_id = entry.get("job_id")
         state = _job_state(entry)
         if isinstance(job_id, bool) or not isinstance(job_id, int | str) or not str(job_id).strip():
-            result.skipped.append(f"job entry without a job_id: {str(entry)[:200]}")
+            result.skipped.append(f"job entry without a job_id: {repr(entry)[:200]}")
             continue
         job = str(job_id).strip()
         if state is None:
@@ -784,8 +784,8 @@ def parse_squeue_gpus_json(text: str) -> Parsed[JobGpus]:
         if nodes is None or not isinstance(details, list):
             result.skipped.append(
                 f"job {job} ({state}): unreadable node list or gres_detail (job_resources="
-                f"{str(entry.get('job_resources'))[:200]}, nodes={entry.get('nodes')!r}, gres_detail="
-                f"{str(details)[:200]}); this job's GPUs are unknown, so no node's may be judged unheld"
+                f"{repr(entry.get('job_resources'))[:200]}, nodes={entry.get('nodes')!r}, gres_detail="
+                f"{repr(details)[:200]}); this job's GPUs are unknown, so no node's may be judged unheld"
             )
             continue
         if not nodes:
