@@ -1,5 +1,5 @@
 """The runtime role's wheelhouse target filters (roles/runtime/filter_plugins/runtime_wheels.py), and the
-role's wheelhouse tasks (tasks/main.yml, tasks/train_wheels.yml) run by ansible-playbook over hosts of
+role's wheelhouse tasks (tasks/wheelhouse.yml, tasks/train_wheels.yml) run by ansible-playbook over hosts of
 three targets, with a stub interpreter in place of pip."""
 
 import json
@@ -166,7 +166,7 @@ def test_the_roles_tasks_build_once_per_target_and_each_host_takes_its_own(run, 
                 "runtime_train_group": "compute",
             },
             "tasks": [
-                *_tasks(TASKS / "main.yml", RUNTIME_TASKS, python=str(stub)),
+                *_tasks(TASKS / "wheelhouse.yml", RUNTIME_TASKS, python=str(stub)),
                 *_tasks(TASKS / "train_wheels.yml", TRAIN_TASKS, python=str(stub)),
                 {
                     "name": "Keep what each host took",
