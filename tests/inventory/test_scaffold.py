@@ -282,8 +282,8 @@ BAD = [
         "--controller-address",
         "an IP address or DNS name",
     ),
-    ({"megahour_os": "rocky-9"}, "--os", "pass --os one of debian-12, ubuntu-24.04"),
-    ({"megahour_os": "ubuntu-22.04"}, "--os", "pass --os one of debian-12, ubuntu-24.04"),
+    ({"megahour_os": "rocky-9"}, "--os", "pass --os one of debian-12, debian-13, ubuntu-24.04"),
+    ({"megahour_os": "ubuntu-22.04"}, "--os", "pass --os one of debian-12, debian-13, ubuntu-24.04"),
     ({"fabric": "token-ring"}, "--fabric", "pass --fabric one of infiniband, roce, ethernet, none"),
     ({"fabric_interface": None}, "--fabric-interface", "pass --fabric-interface with the NIC"),
     ({"fabric_interface": "ib 0"}, "--fabric-interface", "pass --fabric-interface with the NIC"),
@@ -450,7 +450,7 @@ def test_missing_answers_are_asked_in_a_terminal(tmp_path, capsys, monkeypatch, 
     assert "'h900' is not one of" in questions[1]
     assert questions[2] == "GPUs per node [1, 2, 4, 8] (8): "  # an empty answer takes the default
     assert "'x' is not a whole number" in questions[4]
-    assert "[debian-12, ubuntu-24.04]" in questions[5]
+    assert "[debian-12, debian-13, ubuntu-24.04]" in questions[5]
     assert "[infiniband, roce, ethernet, none]" in questions[6]
     compute = yaml.safe_load((tmp_path / "v" / COMPUTE_VARS).read_text())
     assert compute["megahour_gpu"] == {"model": "b200", "count": 8}

@@ -1,0 +1,1 @@
+../../common/filter_plugins/platforms.py
