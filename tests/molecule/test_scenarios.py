@@ -5,7 +5,8 @@
   where verify asserts what the roll did (every host stamped, the jobs completed, each node drained
   only after its job ended), then sinfo, srun, sbatch + sacct, GRES, the live resilience settings, the
   cache tier and the loader, and an ingest run.
-- faults: site.yml without the cache tier, the warehouse and Airflow on three containers; create ->
+- faults: on Debian 13 (the trixie image; the others run bookworm): site.yml without the cache tier, the
+  warehouse and Airflow on three containers; create ->
   converge -> check (--check on the converged hosts) -> verify, where verify injects faults (cases
   a-g of docs/resilience.md) and asserts Slurm state, traces, the sweeper and Alertmanager.
 - warehouse: common + warehouse on a server and a client container; create -> converge ->
@@ -24,6 +25,7 @@ import subprocess
 import pytest
 import yaml
 
+from megahour.cluster.images import NODE_REPO, SUITES
 from tests.conftest import BIN, REPO, tool
 
 pytestmark = pytest.mark.molecule
@@ -47,6 +49,18 @@ def named_volumes(scenario: str) -> set[str]:
             if source and not source.startswith(("/", ".")):
                 names.add(source)
     return names
+
+
+def image_suites(scenario: str) -> list[str]:
+    """The Debian suites of the node images the scenario's platforms run (`:latest` is bookworm, `:trixie`)."""
+    config = yaml.safe_load((REPO / "molecule" / scenario / "molecule.yml").read_text())
+    by_alias = {suite.alias: name for name, suite in SUITES.items()}
+    suites = set()
+    for platform in config.get("platforms", []):
+        repo, _, alias = str(platform["image"]).rpartition(":")
+        assert repo == NODE_REPO and alias in by_alias, f"{scenario}: {platform['image']} is no node image"
+        suites.add(by_alias[alias])
+    return sorted(suites)
 
 
 def remove_volumes(names: set[str]) -> None:
@@ -76,10 +90,16 @@ def run_scenario(scenario, capsys):
         PY_COLORS="0",
         ANSIBLE_FORCE_COLOR="0",
     )
-    image = subprocess.run(
-        [tool("megahour"), "cluster", "image"], cwd=REPO, env=env, capture_output=True, text=True, check=False
-    )
-    assert image.returncode == 0, image.stdout + image.stderr
+    for suite in image_suites(scenario):
+        image = subprocess.run(
+            [tool("megahour"), "cluster", "image", "--suite", suite],
+            cwd=REPO,
+            env=env,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert image.returncode == 0, image.stdout + image.stderr
     log_path.parent.mkdir(exist_ok=True)
     lines = []
     with capsys.disabled(), log_path.open("w") as log:
