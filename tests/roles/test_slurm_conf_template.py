@@ -54,12 +54,26 @@ def test_resilience_settings_render_on_22_05(render):
     assert conf["ReturnToService"] == "2"
     assert conf["JobFileAppend"] == "1"
     assert "MaxBatchRequeue" not in conf
-    assert "# Not rendered, too new for Slurm 22.05: MaxBatchRequeue" in lines
+    assert "# Not rendered for Slurm 22.05: MaxBatchRequeue (needs Slurm 23.02)" in lines
 
 
 def test_max_batch_requeue_renders_from_23_02(render):
     conf, _ = render("23.02.7-1")
     assert conf["MaxBatchRequeue"] == "5"
+
+
+def test_an_option_24_11_removed_is_left_out_of_a_comma_separated_key(render):
+    user = {"CommunicationParameters": ["NoAddrCache", "block_null_hash"]}
+    conf, lines = render("22.05.8", user)
+    assert conf["CommunicationParameters"] == "NoAddrCache,block_null_hash"
+    conf, lines = render("24.11.5-4", user)
+    assert conf["CommunicationParameters"] == "block_null_hash" and conf["MaxBatchRequeue"] == "5"
+    assert (
+        "# Not rendered for Slurm 24.11: CommunicationParameters=NoAddrCache (removed in Slurm 23.11)"
+        in lines
+    )
+    conf, _ = render("24.11.5-4", {"CommunicationParameters": "NoAddrCache"})
+    assert "CommunicationParameters" not in conf
 
 
 def test_user_dict_overrides_and_null_removes(render):
