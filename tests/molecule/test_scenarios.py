@@ -52,7 +52,7 @@ def named_volumes(scenario: str) -> set[str]:
 
 
 def image_suites(scenario: str) -> list[str]:
-    """The Debian suites of the node images the scenario's platforms run (`:latest` is bookworm, `:trixie`)."""
+    """The Debian suites of the node images the scenario's platforms run (`:latest` is bookworm)."""
     config = yaml.safe_load((REPO / "molecule" / scenario / "molecule.yml").read_text())
     by_alias = {suite.alias: name for name, suite in SUITES.items()}
     suites = set()
