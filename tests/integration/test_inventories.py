@@ -154,8 +154,8 @@ BROKEN = [
     (_under_store_scheme, "alluxio_root_ufs", "set alluxio_root_ufs in group_vars/all.yml"),
     (_shared_root_relative, "megahour_shared_root", "set megahour_shared_root to where every node mounts"),
     (_user_without_become, "ansible_become", "set ansible_become: true beside ansible_user"),
-    (_os_unsupported, "megahour_os", "use one of debian-12, ubuntu-24.04"),
-    (_os_python_too_old, "megahour_os", "ask the vendor for one of debian-12, ubuntu-24.04"),
+    (_os_unsupported, "megahour_os", "use one of debian-12, debian-13, ubuntu-24.04"),
+    (_os_python_too_old, "megahour_os", "ask the vendor for one of debian-12, debian-13, ubuntu-24.04"),
     (
         _python_interpreter_relative,
         "ansible_python_interpreter",
