@@ -65,6 +65,7 @@ def _cmd_validate(args: argparse.Namespace, console: Console) -> int:
 
 def _register_new(inventory: cliutil.Subparsers) -> None:
     # Small, dependency-free modules: their closed sets become the flags' choices.
+    from megahour.inventory.fabric import FABRIC_TYPES
     from megahour.inventory.platforms import supported
     from megahour.inventory.scaffold import (
         DEFAULT_CACHE_SIZE,
@@ -73,7 +74,7 @@ def _register_new(inventory: cliutil.Subparsers) -> None:
         DEFAULT_USER,
         DOCS,
     )
-    from megahour.inventory.validate import DEFAULT_SHARED_ROOT, FABRIC_TYPES
+    from megahour.inventory.validate import DEFAULT_SHARED_ROOT
 
     p = cliutil.add_command(
         inventory,
@@ -207,10 +208,10 @@ def _ask(
 
 def _answers(args: argparse.Namespace) -> ScaffoldAnswers:
     """The answers from the flags, the missing required ones asked for (a terminal) or refused."""
+    from megahour.inventory.fabric import FABRIC_TYPES
     from megahour.inventory.platforms import supported
     from megahour.inventory.profiles import known_models, profile_for
     from megahour.inventory.scaffold import ScaffoldAnswers
-    from megahour.inventory.validate import FABRIC_TYPES
 
     gpu = args.gpu.strip().lower() if args.gpu is not None else None
     values: dict[str, Any] = {

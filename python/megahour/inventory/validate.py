@@ -14,6 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from megahour.inventory import fabric
 from megahour.inventory.platforms import PLATFORMS, RUNTIME_MIN_PYTHON, supported
 from megahour.inventory.profiles import VARIABLE as PROFILES_VARIABLE
 from megahour.inventory.profiles import ProfileError, merged_profiles
@@ -25,7 +26,6 @@ CLUSTER_GROUP = "cluster"
 SERVICE_GROUPS = {"warehouse": "warehouse_host", "airflow": "airflow_host"}
 # Groups the playbooks may target that an inventory need not have (`megahour cluster up --remote-store`).
 OPTIONAL_GROUPS = ("storage",)
-FABRIC_TYPES = ("infiniband", "roce", "ethernet", "none")
 # Connections that log in as the control node's user to a host that is not reached over SSH.
 LOCAL_CONNECTIONS = ("local", "podman", "containers.podman.podman", "docker", "community.docker.docker")
 DEFAULT_SHARED_ROOT = "/srv/megahour"
@@ -407,26 +407,10 @@ def _check_compute_host(host: str, hv: dict[str, Any]) -> list[Finding]:
                 )
             )
 
-    fabric = hv.get("megahour_fabric")
-    if not isinstance(fabric, dict) or fabric.get("type") not in FABRIC_TYPES:
-        findings.append(
-            Finding(
-                "megahour_fabric.type",
-                f"must be one of {', '.join(FABRIC_TYPES)} (got {fabric!r})",
-                "set megahour_fabric: {type: infiniband, interface: ib0} (or roce/ethernet, or none "
-                "for a single-node test box) in group_vars/compute.yml",
-                host,
-            )
-        )
-    elif fabric["type"] != "none" and not fabric.get("interface"):
-        findings.append(
-            Finding(
-                "megahour_fabric.interface",
-                f"a {fabric['type']} fabric needs its interface name",
-                "set megahour_fabric.interface to the NIC NCCL should use (for example ib0 or ens8f0)",
-                host,
-            )
-        )
+    findings += [
+        Finding(problem.variable, problem.message, problem.fix, host)
+        for problem in fabric.problems(hv.get("megahour_fabric"))
+    ]
 
     nvme = hv.get("megahour_nvme_devices", [])
     if not isinstance(nvme, list) or not all(isinstance(d, str) and d.startswith("/") for d in nvme):
