@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from megahour.cli import main
 from megahour.inventory import source
+from megahour.inventory.fabric import FABRIC_TYPES
 from megahour.inventory.platforms import supported
 from megahour.inventory.profiles import BUILTIN, known_models
 from megahour.inventory.scaffold import (
@@ -30,7 +31,7 @@ from megahour.inventory.scaffold import (
     render,
     snapshot,
 )
-from megahour.inventory.validate import FABRIC_TYPES, validate
+from megahour.inventory.validate import validate
 
 GOOD = ScaffoldAnswers(
     name="vendor4",

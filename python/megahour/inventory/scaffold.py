@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from megahour.inventory import source
+from megahour.inventory.fabric import FABRIC_TYPES
 from megahour.inventory.platforms import supported
 from megahour.inventory.profiles import VARIABLE as PROFILES_VARIABLE
 from megahour.inventory.profiles import known_models, profile_for
@@ -26,7 +27,6 @@ from megahour.inventory.validate import (
     COMPUTE_GROUP,
     CONTROLLER_GROUP,
     DEFAULT_SHARED_ROOT,
-    FABRIC_TYPES,
     NODE_NAME_RE,
     SERVICE_GROUPS,
     UFS_SCHEMES,
