@@ -49,7 +49,7 @@ def test_inventory_groups_and_gpu_vars():
     assert list(inv["all"]["children"]["airflow"]["hosts"]) == ["ctl"]
     assert list(cluster["children"]["compute"]["hosts"]) == ["gpu-1", "gpu-2", "gpu-3"]
     assert cluster["children"]["compute"]["vars"]["megahour_gpu"] == {"model": "h200", "count": 4}
-    assert cluster["vars"]["ansible_connection"] == "containers.podman.podman"
+    assert cluster["vars"]["ansible_connection"] == "megahour_podman"
 
 
 def test_every_host_mounts_the_shared_volume_at_srv_megahour():

@@ -13,7 +13,8 @@
   idempotence -> check -> verify, where verify queries ClickHouse 18.16 from the client with the
   rendered credentials (version, create/insert/count, the SQL curation relies on, a refused wrong
   password), checks the listen addresses, the data directory, and that no password is printed.
-Output is streamed so a long run shows progress; logs are kept under .cache/. The scenario's named
+Output is streamed so a long run shows progress, each stage line with the seconds since molecule started
+(a CI log shows where its time goes); logs are kept under .cache/. The scenario's named
 volumes (its shared /srv/megahour) are removed before and after: molecule's podman driver destroys the
 containers but not the volumes, and a volume left from an earlier run would carry its files into the next.
 """
@@ -21,6 +22,7 @@ containers but not the volumes, and a volume left from an earlier run would carr
 import os
 import re
 import subprocess
+import time
 
 import pytest
 import yaml
@@ -111,11 +113,13 @@ def run_scenario(scenario, capsys):
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
         )
+        started = time.monotonic()
         for line in proc.stdout:
             log.write(line)
             lines.append(line)
             if STAGE.search(line) or "fatal:" in line:
-                print(f"  molecule {scenario} | {line.rstrip()}", flush=True)
+                elapsed = time.monotonic() - started
+                print(f"  molecule {scenario} | {elapsed:5.0f} s | {line.rstrip()}", flush=True)
         rc = proc.wait()
     output = "".join(lines)
     assert rc == 0, f"molecule {scenario} failed (full log: {log_path}):\n" + "".join(lines[-150:])

@@ -19,6 +19,8 @@ STORE_NAME = "store"
 # Every container mounts one podman named volume here: the cluster's shared filesystem
 # (landing, storage, ingest runs), as a vendor's NFS/Lustre mount would be.
 SHARED_MOUNT = "/srv/megahour"
+# containers.podman.podman with pipelining (playbooks/connection_plugins/megahour_podman.py).
+PODMAN_CONNECTION = "megahour_podman"
 
 
 def shared_volume_name(cluster_name: str) -> str:
@@ -151,7 +153,7 @@ class ClusterSpec:
                             },
                         },
                         "vars": {
-                            "ansible_connection": "containers.podman.podman",
+                            "ansible_connection": PODMAN_CONNECTION,
                             "megahour_cluster_name": self.name,
                         },
                     },
@@ -170,7 +172,7 @@ class ClusterSpec:
         store = {h.name: None for h in self.hosts if h.role == "storage"}
         if not store:
             return {}
-        return {"storage": {"hosts": store, "vars": {"ansible_connection": "containers.podman.podman"}}}
+        return {"storage": {"hosts": store, "vars": {"ansible_connection": PODMAN_CONNECTION}}}
 
     def inventory_yaml(self) -> str:
         header = (

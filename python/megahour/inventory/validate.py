@@ -27,7 +27,14 @@ SERVICE_GROUPS = {"warehouse": "warehouse_host", "airflow": "airflow_host"}
 # Groups the playbooks may target that an inventory need not have (`megahour cluster up --remote-store`).
 OPTIONAL_GROUPS = ("storage",)
 # Connections that log in as the control node's user to a host that is not reached over SSH.
-LOCAL_CONNECTIONS = ("local", "podman", "containers.podman.podman", "docker", "community.docker.docker")
+LOCAL_CONNECTIONS = (
+    "local",
+    "podman",
+    "containers.podman.podman",
+    "megahour_podman",
+    "docker",
+    "community.docker.docker",
+)
 DEFAULT_SHARED_ROOT = "/srv/megahour"
 # The under-stores the cache tier's distribution carries (roles/alluxio alluxio_artifacts: underfs-s3a).
 UFS_SCHEMES = ("s3", "s3a")
