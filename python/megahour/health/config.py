@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from megahour.health.checks import Expectations
+from megahour.health.rdma import SYSFS_ROOT, RdmaRule
 from megahour.health.xid_catalog import XidAction, valid_override
 
 DEFAULT_PATH = Path("/etc/megahour/health.json")
@@ -38,6 +39,9 @@ class HealthConfig:
     # The runtime jobs use, as a command that must succeed: e.g. ["enroot", "version"],
     # or a tiny container running `nvidia-smi -L`. Empty: jobs run no container.
     container_runtime_command: tuple[str, ...] = ()
+    # The RDMA ports' expected state (from megahour_fabric); None: no RDMA fabric, no check.
+    rdma: RdmaRule | None = None
+    rdma_sysfs_root: str = str(SYSFS_ROOT)
     probe_timeout_s: float = 5.0
     # Budget for `dcgmi diag -r 1` in the Epilog; 0 turns it off (a visible WARN says so).
     dcgm_diag_timeout_s: float = 60.0
@@ -70,6 +74,17 @@ def _patterns(value: object) -> tuple[str, ...]:
     if isinstance(value, str):
         return (value,)
     return tuple(str(v) for v in value or ()) if isinstance(value, list | tuple) else ()
+
+
+def _rdma_rule(raw: dict | None) -> RdmaRule | None:
+    if not raw:
+        return None
+    rate = raw.get("min_rate_gbps")
+    return RdmaRule(
+        link_layer=str(raw["link_layer"]),
+        devices=tuple(str(d) for d in raw.get("devices") or ()),
+        min_rate_gbps=None if rate is None else float(rate),
+    )
 
 
 def load(path: Path = DEFAULT_PATH) -> HealthConfig:
@@ -112,6 +127,8 @@ def load(path: Path = DEFAULT_PATH) -> HealthConfig:
                 MountRule(m["path"], bool(m.get("require_mount", True))) for m in raw.get("mounts", [])
             ),
             container_runtime_command=tuple(str(a) for a in raw.get("container_runtime_command", [])),
+            rdma=_rdma_rule(raw.get("rdma")),
+            rdma_sysfs_root=str(raw.get("rdma_sysfs_root") or SYSFS_ROOT),
             probe_timeout_s=float(raw.get("probe_timeout_s", 5.0)),
             dcgm_diag_timeout_s=float(raw.get("dcgm_diag_timeout_s", HealthConfig.dcgm_diag_timeout_s)),
             state_dir=raw.get("state_dir", HealthConfig.state_dir),

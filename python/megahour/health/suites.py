@@ -7,7 +7,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from megahour.health import checks, dcgm, kernel_log, probes, xid_history
+from megahour.health import checks, dcgm, kernel_log, probes, rdma, xid_history
 from megahour.health.config import HealthConfig
 from megahour.health.verdict import Status, Verdict
 
@@ -35,6 +35,10 @@ def run_suite(config: HealthConfig, suite: str) -> list[Verdict]:
             verdicts.append(checks.container_runtime(command, rc, out + err))
         except probes.ProbeError as exc:
             verdicts.append(checks.container_runtime(command, None, "", error=str(exc)))
+    if config.rdma is not None:
+        # sysfs reads only: cheap enough for every Prolog.
+        ports, errors = rdma.read_ports(Path(config.rdma_sysfs_root))
+        verdicts.append(rdma.check(ports, errors, config.rdma))
     for rule in config.disks:
         verdicts.append(_probed(checks.disk, rule.path, probes.free_percent, rule.min_free_percent, config))
     return verdicts

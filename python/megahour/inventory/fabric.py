@@ -177,6 +177,25 @@ def nccl_env(fabric: Fabric) -> dict[str, str]:
     return env
 
 
+# The sysfs link_layer of each RDMA fabric's ports (megahour.health.rdma).
+LINK_LAYERS = {"infiniband": "InfiniBand", "roce": "Ethernet"}
+
+
+def health_rule(fabric: Fabric) -> dict[str, Any] | None:
+    """What the health gate checks of the node's RDMA ports (health.json's ``rdma``); None off RDMA.
+
+    The HCAs NCCL is told to use are the ports checked (all of them when the inventory names none), and
+    ``rate_gbps`` is the slowest link allowed.
+    """
+    if not fabric.rdma:
+        return None
+    return {
+        "link_layer": LINK_LAYERS[fabric.type],
+        "devices": list(fabric.hcas),
+        "min_rate_gbps": fabric.rate_gbps,
+    }
+
+
 def env_file(env: Mapping[str, str], source: str) -> str:
     """The text of the file jobs ``source``: one ``export NAME=value`` a line, each value shell-quoted."""
     lines = [f"# The fabric's environment for training jobs, from {source}. Sourced by the sbatch script."]
