@@ -8,8 +8,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
+# `make test` runs these tests beside the molecule scenarios on the same cores, so one example's wall time
+# says nothing about the code: no per-example deadline (speed is measured in benchmarks/, never here).
+settings.register_profile("megahour", deadline=None)
+settings.load_profile("megahour")
 BIN = Path(sys.executable).parent
 # Importing ansible's module_utils in this process (the filter plugin tests do) replaces sys.intern with
 # a wrapper that accepts str subclasses; torch's dynamo, imported later by a Muon test, rejects any
