@@ -84,14 +84,12 @@ integration: venv-dev ## Tests that run ansible-playbook/ansible-inventory local
 molecule: prereqs venv-dev ## The molecule scenarios (cluster, faults, warehouse); one with: pytest -m molecule -k NAME
 	pytest -m molecule
 
-# The unit and integration tests run beside the molecule scenarios instead of before them (CI's budget does
-# not hold the sum), at the lowest CPU priority: the scenarios' converges keep the cores, and the tests use
-# what the scenarios leave while they wait (service starts, jobs, timers). Run at equal priority they took
-# the cores from the converges and gained nothing. Their lines carry `units |`; each pytest ends with its
-# own summary and slowest tests, then one line gives both exits.
+# The scenarios mostly wait on containers (service starts, jobs, timers), so the unit and integration tests
+# run beside them on the same cores instead of before them: CI's budget does not hold the sum. Their lines
+# carry `units |`; each pytest ends with its own summary and slowest tests, then one line gives both exits.
 test: prereqs venv-dev lint ## Everything: lint, then unit and integration tests beside the molecule scenarios
 	@set -o pipefail; \
-	{ nice -n 19 pytest -m "not molecule" 2>&1 | sed -u 's/^/units | /'; } & units_pid=$$!; \
+	{ pytest -m "not molecule" 2>&1 | sed -u 's/^/units | /'; } & units_pid=$$!; \
 	pytest -m molecule; molecule_rc=$$?; \
 	wait $$units_pid; units_rc=$$?; \
 	echo "make test: unit and integration tests exit $$units_rc, molecule scenarios exit $$molecule_rc"; \
