@@ -84,16 +84,10 @@ integration: venv-dev ## Tests that run ansible-playbook/ansible-inventory local
 molecule: prereqs venv-dev ## The molecule scenarios (cluster, faults, warehouse); one with: pytest -m molecule -k NAME
 	pytest -m molecule
 
-# The scenarios mostly wait on containers (service starts, jobs, timers), so the unit and integration tests
-# run beside them on the same cores instead of before them: CI's budget does not hold the sum. Their lines
-# carry `units |`; each pytest ends with its own summary and slowest tests, then one line gives both exits.
-test: prereqs venv-dev lint ## Everything: lint, then unit and integration tests beside the molecule scenarios
-	@set -o pipefail; \
-	{ pytest -m "not molecule" 2>&1 | sed -u 's/^/units | /'; } & units_pid=$$!; \
-	pytest -m molecule; molecule_rc=$$?; \
-	wait $$units_pid; units_rc=$$?; \
-	echo "make test: unit and integration tests exit $$units_rc, molecule scenarios exit $$molecule_rc"; \
-	[ $$units_rc -eq 0 ] && [ $$molecule_rc -eq 0 ]
+# One pytest over tests/, the molecule scenarios among them. The scenarios keep both cores busy (measured),
+# so running the other tests beside them gains nothing (docs/local-cluster.md).
+test: prereqs venv-dev lint ## Everything: lint, unit, integration and molecule; ends with pytest's summary
+	pytest
 
 bench-deploy: prereqs ## Time `make up` on a cold and a warm image cache
 	python benchmarks/deploy.py --json benchmarks/results/deploy.json
