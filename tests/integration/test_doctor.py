@@ -77,3 +77,11 @@ def test_an_unreadable_inventory_is_exit_2(run, tmp_path):
         and proc.stderr.startswith("error: inventory ")
         and "does not exist" in proc.stderr
     )
+
+
+def test_callbacks_the_user_enabled_do_not_break_the_report(run, inventory):
+    # molecule's scenarios enable profile_tasks, which prints its timings on stdout after the report.
+    env = {"ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.profile_tasks,ansible.posix.timer"}
+    proc = run([tool("megahour"), "doctor", "-i", str(inventory), "--json", "--min-free-gib", "0.1"], env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["hosts"]["here"][0]["name"] == "reachable"

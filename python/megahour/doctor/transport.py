@@ -19,7 +19,14 @@ from pathlib import Path
 from megahour.inventory.source import STRICT_ENV, find_tool
 
 PROBE = "probe.sh"
-JSON_CALLBACK = {"ANSIBLE_LOAD_CALLBACK_PLUGINS": "1", "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json"}
+# The JSON report alone on stdout: callbacks the user enabled (profile_tasks, timer: molecule's scenarios
+# enable profile_tasks) print there too, and the report would not parse.
+JSON_CALLBACK = {
+    "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+    "ANSIBLE_STDOUT_CALLBACK": "ansible.posix.json",
+    # Enabled, an empty list is refused ("A non-empty plugin name is required"): name the stdout callback.
+    "ANSIBLE_CALLBACKS_ENABLED": "ansible.posix.json",
+}
 
 
 class TransportError(RuntimeError):
