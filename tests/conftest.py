@@ -11,8 +11,8 @@ import pytest
 from hypothesis import settings
 
 REPO = Path(__file__).resolve().parent.parent
-# `make test` runs these tests beside the molecule scenarios on the same cores, so one example's wall time
-# says nothing about the code: no per-example deadline (speed is measured in benchmarks/, never here).
+# On a shared two-core machine (CPU steal, containers of the scenarios) one example's wall time says nothing
+# about the code: no per-example deadline (speed is measured in benchmarks/, never here).
 settings.register_profile("megahour", deadline=None)
 settings.load_profile("megahour")
 BIN = Path(sys.executable).parent
