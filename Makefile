@@ -10,6 +10,8 @@ export PATH := $(BIN):$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 NODES ?= 2
 GPUS_PER_NODE ?= 2
+# pytest-xdist processes for the tests that need no containers (`make test`, `make unit`, `make integration`).
+TEST_WORKERS ?= 2
 # REMOTE_STORE=1: add the `store` container, the cache's under-store as a remote S3 server.
 REMOTE_STORE ?=
 # TRAIN=1: install the trainer (torch, about 3.5 GB) on the compute nodes (docs/training.md).
@@ -76,18 +78,24 @@ lint: venv-dev ## ruff and ansible-lint (production profile, no skip list)
 	ansible-lint
 
 unit: venv-dev ## Unit and property tests (no containers)
-	pytest -m "not integration and not molecule"
+	pytest -m "not integration and not molecule" -n $(TEST_WORKERS)
 
 integration: venv-dev ## Tests that run ansible-playbook/ansible-inventory locally
-	pytest -m integration
+	pytest -m integration -n $(TEST_WORKERS)
 
 molecule: prereqs venv-dev ## The molecule scenarios (cluster, faults, warehouse); one with: pytest -m molecule -k NAME
 	pytest -m molecule
 
-# One pytest over tests/, the molecule scenarios among them. The scenarios keep both cores busy (measured),
-# so running the other tests beside them gains nothing (docs/local-cluster.md).
-test: prereqs venv-dev lint ## Everything: lint, unit, integration and molecule; ends with pytest's summary
-	pytest
+# Two pytest runs, one after the other (docs/local-cluster.md): the tests that need no containers spread
+# over TEST_WORKERS processes (most are one-threaded), then the scenarios, which keep both cores busy alone
+# (measured). Both always run; the exit status is the first failure's.
+test: prereqs venv-dev lint ## Everything: lint, unit, integration and molecule; each run ends with pytest's summary
+	@status=0; \
+	echo "==> pytest -m 'not molecule' -n $(TEST_WORKERS)"; \
+	pytest -m "not molecule" -n $(TEST_WORKERS) || status=$$?; \
+	echo "==> pytest -m molecule"; \
+	pytest -m molecule || { [ $$status != 0 ] || status=$$?; }; \
+	exit $$status
 
 bench-deploy: prereqs ## Time `make up` on a cold and a warm image cache
 	python benchmarks/deploy.py --json benchmarks/results/deploy.json

@@ -6,14 +6,9 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 
 import pytest
-
-# Airflow creates its home (config, logs) on first import; keep it out of the user's ~/airflow.
-os.environ.setdefault("AIRFLOW_HOME", str(Path(tempfile.gettempdir()) / "megahour-test-airflow-home"))
-
 from airflow.sdk import TriggerRule
 
 from megahour.ingest import airflow_dag

@@ -9,15 +9,10 @@ import asyncio
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-
-# Airflow creates its home (config, logs) on first import; keep it out of the user's ~/airflow.
-os.environ.setdefault("AIRFLOW_HOME", str(Path(tempfile.gettempdir()) / "megahour-test-airflow-home"))
-
 from airflow.sdk.exceptions import (
     AirflowException,
     AirflowFailException,
