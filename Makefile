@@ -94,7 +94,7 @@ test: prereqs venv-dev lint ## Everything: lint, unit, integration and molecule;
 	echo "==> pytest -m 'not molecule' -n $(TEST_WORKERS)"; \
 	pytest -m "not molecule" -n $(TEST_WORKERS) || status=$$?; \
 	echo "==> pytest -m molecule"; \
-	pytest -m molecule || { [ $$status != 0 ] || status=$$?; }; \
+	pytest -m molecule || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
 	exit $$status
 
 bench-deploy: prereqs ## Time `make up` on a cold and a warm image cache
