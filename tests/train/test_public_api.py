@@ -7,10 +7,13 @@ resume from its checkpoint; and once reading a manifest through the cache road.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -27,18 +30,51 @@ def example_script() -> str:
     return match.group(1)
 
 
-def _torchrun(script: Path, *args: str) -> str:
-    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+def _descendants(root: int) -> list[int]:
+    """``root`` and every process below it, parents first (from /proc)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):
+            pid, rest = stat.read_text().split(" (", 1)
+            children.setdefault(int(rest.rsplit(") ", 1)[1].split()[1]), []).append(int(pid))
+    tree = [root]
+    for pid in tree:
+        tree.extend(children.get(pid, []))
+    return tree
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
+
+
+def _torchrun(script: Path, *args: str, timeout: float = 240) -> str:
+    # faulthandler: a rank that hangs is sent SIGABRT on timeout and prints every thread's stack.
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", PYTHONFAULTHANDLER="1")
     launcher = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
-    done = subprocess.run(
+    run = subprocess.Popen(
         [*launcher, str(script), *args],
         env=env,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
-        timeout=240,
     )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return done.stdout
+    try:
+        stdout, stderr = run.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        # torchrun starts each rank in a session of its own: signal the whole tree, not a group.
+        tree = _descendants(run.pid)
+        _signal(tree, signal.SIGABRT)
+        time.sleep(10)  # the stacks are printed at once; whatever ignored the signal is killed
+        _signal(tree, signal.SIGKILL)
+        stdout, stderr = run.communicate()
+        pytest.fail(
+            f"torchrun {' '.join(args)} ran past {timeout} s; stdout: {stdout[-2000:]}\n"
+            f"the stacks at SIGABRT:\n{stderr[-12000:]}"
+        )
+    assert run.returncode == 0, stderr[-4000:]
+    return stdout
 
 
 def test_the_documented_example_trains_and_resumes(tmp_path) -> None:

@@ -501,15 +501,19 @@ def batch_loader(
 ) -> DataLoader:
     """Batches of steps ``start_step .. steps-1``, in step order: each a dict of stacked tensors.
 
-    ``workers`` > 0: that many persistent worker processes read and decode, ``prefetch_factor`` batches
-    each ahead of the step; the batches are the same, in the same order, as with ``workers=0``.
+    ``workers`` > 0: that many worker processes read and decode, ``prefetch_factor`` batches each ahead
+    of the step; the batches are the same, in the same order, as with ``workers=0``. They are shut down
+    when the last step's batch has been taken.
     """
     sampler = StepBatchSampler(dataset, batch_size, start_step, steps)
     kwargs: dict[str, Any] = {}
     if workers > 0:
         kwargs = dict(
             num_workers=workers,
-            persistent_workers=True,
+            # Not persistent: the steps are one pass, and persistent workers outlive it until the
+            # interpreter exits, where multiprocessing's own exit hooks may run before the iterator's
+            # and hang a finished rank (a CI run saw one print its last step, then hang 240 s).
+            persistent_workers=False,
             prefetch_factor=prefetch_factor,
             # Not fork: a rank forks its workers while its process group's threads (gloo, NCCL) run,
             # and a child forked while one of them holds a lock can hang on it; CUDA is unusable in a
