@@ -102,7 +102,7 @@ TARGETS = {
     "arm-1": target("3.12", "aarch64"),
 }
 RUNTIME_TASKS = (
-    "Build the wheelhouse (megahour and its extras) once per node Python and architecture",
+    "Build the wheelhouse (megahour and its extras) once per node Python and architecture, as one tar",
     "Pick this node's wheelhouse (the one built for its target)",
 )
 TRAIN_TASKS = (
@@ -199,7 +199,7 @@ def test_the_roles_tasks_build_once_per_target_and_each_host_takes_its_own(run, 
     train_key = wheelhouse.plan(source, "/", pins_of_extra="train").key
     for name, tgt in TARGETS.items():
         assert took[name]["runtime"]["key"] == f"{runtime_key}-{tgt['tag']}"
-        assert took[name]["runtime"]["wheelhouse"] == str(tmp_path / "cache" / f"{runtime_key}-{tgt['tag']}")
+        assert took[name]["runtime"]["wheelhouse"] == str(tmp_path / "cache" / f"{runtime_key}-{tgt['tag']}.tar")
     assert took["ctl"]["train"] is None and not took["ctl"]["installs"]
     assert took["gpu-1"]["train"]["key"] == took["gpu-2"]["train"]["key"] == f"{train_key}-cp313-x86_64"
     assert took["arm-1"]["train"]["key"] == f"{train_key}-cp312-aarch64"
@@ -208,7 +208,7 @@ def test_the_roles_tasks_build_once_per_target_and_each_host_takes_its_own(run, 
 
     built = sorted(p.name for p in (tmp_path / "cache").iterdir())
     assert built == sorted(
-        [f"{runtime_key}-{tag}" for tag in ("cp311-x86_64", "cp312-aarch64", "cp313-x86_64")]
+        [f"{runtime_key}-{tag}.tar" for tag in ("cp311-x86_64", "cp312-aarch64", "cp313-x86_64")]
         + [f"{train_key}-{tag}" for tag in ("cp312-aarch64", "cp313-x86_64")]
     )
     log = [line for line in (tmp_path / "bin" / "pip.log").read_text().splitlines() if line.startswith("-m")]
