@@ -199,7 +199,8 @@ def test_the_roles_tasks_build_once_per_target_and_each_host_takes_its_own(run, 
     train_key = wheelhouse.plan(source, "/", pins_of_extra="train").key
     for name, tgt in TARGETS.items():
         assert took[name]["runtime"]["key"] == f"{runtime_key}-{tgt['tag']}"
-        assert took[name]["runtime"]["wheelhouse"] == str(tmp_path / "cache" / f"{runtime_key}-{tgt['tag']}.tar")
+        tar = tmp_path / "cache" / f"{runtime_key}-{tgt['tag']}.tar"
+        assert took[name]["runtime"]["wheelhouse"] == str(tar)
     assert took["ctl"]["train"] is None and not took["ctl"]["installs"]
     assert took["gpu-1"]["train"]["key"] == took["gpu-2"]["train"]["key"] == f"{train_key}-cp313-x86_64"
     assert took["arm-1"]["train"]["key"] == f"{train_key}-cp312-aarch64"
