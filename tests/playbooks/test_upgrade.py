@@ -24,10 +24,10 @@ def role_names(play: dict) -> list[str]:
 
 
 def site_roles_on_cluster_hosts() -> list[str]:
-    """The roles site.yml applies to the cluster hosts, in order (plays whose hosts start with cluster)."""
+    """The roles site.yml applies to the compute nodes, in order (plays on cluster or compute)."""
     roles = []
     for play in load("site.yml"):
-        if str(play.get("hosts", "")).startswith("cluster"):
+        if str(play.get("hosts", "")).startswith(("cluster", "compute")):
             roles += role_names(play)
     return roles
 

@@ -13,8 +13,12 @@ from tests.conftest import REPO, tool
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_slurm_node_health.yml"
 # The render playbook loads the role's files, not the role.
-# The role's vars call slurm_client's filters (slurm_node depends on slurm_client).
-FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "slurm_client" / "filter_plugins")}
+# The role's vars call its own filters and slurm_client's (slurm_node depends on slurm_client).
+FILTERS = {
+    "ANSIBLE_FILTER_PLUGINS": ":".join(
+        str(REPO / "roles" / role / "filter_plugins") for role in ("slurm_node", "slurm_client")
+    )
+}
 
 
 def load_raw(raw: dict) -> HealthConfig:
@@ -112,3 +116,16 @@ def test_the_loader_reads_every_setting_the_role_writes(render):
         | {"gpu_model", "gpu_count"}
     )
     assert set(raw) - known == set()
+
+
+def test_an_rdma_fabric_names_the_ports_the_gate_checks(render):
+    fabric = {"type": "infiniband", "interface": "ib0", "hcas": ["mlx5_0", "mlx5_3"], "rate_gbps": 400}
+    raw = json.loads(render(megahour_fabric=fabric).read_text())
+    assert raw["rdma"] == {"link_layer": "InfiniBand", "devices": ["mlx5_0", "mlx5_3"], "min_rate_gbps": 400}
+    assert load_raw(raw).rdma is not None
+
+
+def test_without_an_rdma_fabric_the_gate_checks_no_ports(render):
+    assert json.loads(render().read_text())["rdma"] is None
+    raw = json.loads(render(megahour_fabric={"type": "ethernet", "interface": "eth0"}).read_text())
+    assert raw["rdma"] is None and load_raw(raw).rdma is None
