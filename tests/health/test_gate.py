@@ -14,7 +14,7 @@ from megahour.health.suites import FULL, PROLOG, run_suite
 from megahour.health.verdict import Status, gate_passes
 from tests.conftest import REPO
 
-DOUBLE = REPO / "roles" / "slurm_node" / "files" / "nvidia-smi-double"
+DOUBLE = REPO / "roles" / "nvidia" / "files" / "nvidia-smi-double"
 HEALTHY = "0, NVIDIA H100 80GB HBM3, 00000000:0A:00.0, Enabled, Enabled, Enabled, 0, 0, 0"
 
 

@@ -10,7 +10,7 @@ from megahour.health import kernel_log, smi
 from tests.conftest import REPO
 
 FIXTURES = Path(__file__).parent / "fixtures"
-SMI_SET = REPO / "roles" / "slurm_node" / "files" / "fake-gpu" / "h100-healthy"
+SMI_SET = REPO / "roles" / "nvidia" / "files" / "fake-gpu" / "h100-healthy"
 
 
 def _query_fields(args: str) -> list[str]:
