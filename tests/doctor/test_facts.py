@@ -44,7 +44,7 @@ def test_the_probe_runs_here_and_parses():
     f = facts.parse(out)
     assert set(f.sections) == {
         "os_release", "arch", "python", "nvidia_smi", "ip_link", "lsblk", "findmnt",
-        "timesync", "df", "paths", "version", "clock",
+        "timesync", "df", "rdma", "paths", "version", "clock",
     }  # fmt: skip
     assert f.unreadable == {} and f.paths == {"/": "dir"}
 

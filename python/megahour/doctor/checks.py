@@ -12,6 +12,11 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from megahour.doctor.facts import MISSING_COMMAND, HostFacts
+from megahour.health import rdma
+from megahour.health.rdma import RdmaRule
+from megahour.health.verdict import Status as VerdictStatus
+from megahour.inventory.fabric import health_rule
+from megahour.inventory.fabric import parse as parse_fabric
 from megahour.inventory.platforms import PLATFORMS, RUNTIME_MIN_PYTHON
 from megahour.inventory.profiles import VARIABLE as PROFILES_VARIABLE
 from megahour.inventory.profiles import GpuProfile, ProfileError, profile_for
@@ -31,6 +36,7 @@ CHECKS = (
     "gpu_model",
     "driver",
     "fabric",
+    "rdma",
     "nvme",
     "cache_dirs",
     "shared_fs",
@@ -39,6 +45,16 @@ CHECKS = (
     "clock",
     "version",
 )
+
+
+# The fix for each way the RDMA check fails (megahour.health.rdma's reasons).
+RDMA_FIXES = {
+    "rdma_device_missing": "fix megahour_fabric.hcas (ibv_devices lists the host's HCAs)",
+    "rdma_link_layer_mismatch": "fix megahour_fabric.type (infiniband or roce), or the HCAs it names",
+    "rdma_link_down": "check the port's cable and the subnet manager (ibstat; for RoCE, the switch port)",
+    "rdma_rate_low": "reseat or replace the cable, or lower megahour_fabric.rate_gbps",
+    "rdma_unreadable": "check the RDMA driver is loaded and sysfs is readable (ibstat)",
+}
 
 
 class Status(enum.StrEnum):
@@ -82,6 +98,7 @@ class HostExpect:
     profile: GpuProfile | None = None
     fabric_type: str = "none"
     fabric_interface: str | None = None
+    rdma: RdmaRule | None = None  # the health gate's rule for the node's RDMA ports; None off RDMA
     nvme_devices: tuple[str, ...] = ()
     cache_dirs: tuple[str, ...] = ()
     shared_root: str = DEFAULT_SHARED_ROOT
@@ -119,12 +136,26 @@ def expect_from_snapshot(snapshot: dict[str, Any], host: str) -> HostExpect:
         profile=profile,
         fabric_type=str(fabric.get("type", "none")),
         fabric_interface=fabric.get("interface") or None,
+        rdma=_rdma_rule(fabric, problems) if compute else None,
         nvme_devices=tuple(d for d in hv.get("megahour_nvme_devices") or [] if isinstance(d, str)),
         cache_dirs=cache_dirs if compute else (),
         shared_root=str(hv.get("megahour_shared_root") or DEFAULT_SHARED_ROOT),
         time_sync=str(hv.get("common_time_sync_enabled", True)).strip().lower() not in ("false", "no", "0"),
         problems=tuple(problems),
     )
+
+
+def _rdma_rule(fabric: dict[str, Any], problems: list[str]) -> RdmaRule | None:
+    """The RDMA ports the health gate will check, from megahour_fabric (inventory.fabric.health_rule)."""
+    try:
+        rule = health_rule(parse_fabric(fabric)) if fabric else None
+    except ValueError as exc:
+        problems.append(str(exc))
+        return None
+    if rule is None:
+        return None
+    rate = rule["min_rate_gbps"]
+    return RdmaRule(rule["link_layer"], tuple(rule["devices"]), None if rate is None else float(rate))
 
 
 def unreachable(host: str, message: str) -> Check:
@@ -327,6 +358,27 @@ class _Host:
             )
         return self.ok("fabric", f"{name} up")
 
+    def rdma(self) -> Check:
+        """The RDMA ports as the health gate judges them (megahour.health.rdma), before any job does."""
+        if not self.e.compute:
+            return self.skip("rdma", "not a compute node")
+        if self.e.rdma is None:
+            return self.skip("rdma", f"megahour_fabric.type is {self.e.fabric_type}, not RDMA")
+        if self.f.rdma_ports is None:
+            return self.fail(
+                "rdma",
+                f"cannot read the RDMA ports ({_section_missing(self.f, 'rdma')})",
+                "check the RDMA driver is loaded (ls /sys/class/infiniband)",
+            )
+        verdict = rdma.check(self.f.rdma_ports, self.f.rdma_errors, self.e.rdma)
+        if verdict.status == VerdictStatus.PASS:
+            return self.ok("rdma", verdict.message)
+        return self.fail(
+            "rdma",
+            f"{verdict.reason}: {verdict.message}",
+            RDMA_FIXES.get(verdict.reason, "read ibstat on the host"),
+        )
+
     def nvme(self) -> Check:
         if not self.e.compute:
             return self.skip("nvme", "not a compute node")
@@ -495,6 +547,7 @@ def check_host(
         h.arch(),
         *h.gpu_checks(),
         h.fabric(),
+        h.rdma(),
         h.nvme(),
         h.cache_dirs(),
         h.shared_fs(),

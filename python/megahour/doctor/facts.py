@@ -13,6 +13,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from megahour.health import smi
+from megahour.health.rdma import PORT_FILES, Port, UnreadablePort, parse_port
 
 MARKER = re.compile(r"^@@megahour-doctor (?P<name>[a-z_]+) rc=(?P<rc>-?\d+)$")
 GPU_FIELDS = ["index", "name", "driver_version", "memory.total"]
@@ -77,6 +78,9 @@ class HostFacts:
     python: tuple[int, ...] | None = None
     gpus: list[Gpu] | None = None
     links: dict[str, Link] | None = None
+    # RDMA ports as sysfs shows them, and one message per port that does not read as the kernel writes it.
+    rdma_ports: list[Port] | None = None
+    rdma_errors: list[str] = field(default_factory=list)
     block_devices: list[BlockDevice] | None = None
     mounts: list[Mount] | None = None
     timesync: dict[str, str] | None = None
@@ -211,6 +215,24 @@ def parse_df_free_kib(text: str) -> int | None:
     return int(fields[3]) if len(fields) >= 6 and fields[3].isdigit() else None
 
 
+def parse_rdma_ports(text: str) -> tuple[list[Port], list[str]]:
+    """The probe's ``rdma`` section: ``<device> <port> <file> <text>`` lines, grouped into ports."""
+    files: dict[tuple[str, int], dict[str, str]] = {}
+    for line in text.splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) != 4 or not parts[1].isdigit() or parts[2] not in PORT_FILES:
+            raise ValueError(f"not '<device> <port> <file> <text>': {line[:80]!r}")
+        files.setdefault((parts[0], int(parts[1])), {})[parts[2]] = parts[3]
+    ports: list[Port] = []
+    errors: list[str] = []
+    for (device, port), texts in sorted(files.items()):
+        try:
+            ports.append(parse_port(device, port, texts))
+        except UnreadablePort as exc:
+            errors.append(str(exc))
+    return ports, errors
+
+
 def parse(text: str) -> HostFacts:
     sections = split_sections(text)
     facts = HostFacts(sections=sections)
@@ -240,6 +262,11 @@ def parse(text: str) -> HostFacts:
         if error:
             facts.unreadable["nvidia_smi"] = error
     guarded("ip_link", parse_links, "links")
+    if (s := ok("rdma")) is not None:
+        try:
+            facts.rdma_ports, facts.rdma_errors = parse_rdma_ports(s.text)
+        except ValueError as exc:
+            facts.unreadable["rdma"] = str(exc)
     guarded("lsblk", parse_lsblk, "block_devices")
     guarded("findmnt", parse_findmnt, "mounts")
     if (s := sections.get("timesync")) is not None and s.rc in (0, 1):

@@ -25,6 +25,18 @@ section lsblk lsblk -J -b -o NAME,PATH,TYPE,SIZE,FSTYPE,MOUNTPOINT
 section findmnt findmnt -J -l -o TARGET,SOURCE,FSTYPE
 section timesync timedatectl show -p NTP -p NTPSynchronized
 section df df -P -k /
+# Each RDMA port's sysfs files (python/megahour/health/rdma.py reads the same): "<device> <port> <file> <text>";
+# a file that cannot be read (a port without a cable fails its rate) is left out.
+rdma_ports() {
+    for port in /sys/class/infiniband/*/ports/*; do
+        [ -d "$port" ] || continue
+        rest=${port#/sys/class/infiniband/}
+        for file in state phys_state rate link_layer; do
+            if text=$(cat "$port/$file" 2>/dev/null); then echo "${rest%%/*} ${port##*/} $file $text"; fi
+        done
+    done
+}
+section rdma rdma_ports
 # The paths the inventory names (cache directories, the shared root), given as arguments.
 paths() {
     for p in "$@"; do
