@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import os
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.megahour_runtime import import_megahour
 
@@ -80,9 +82,18 @@ findings:
   returned: always
   type: list
   elements: dict
+placements:
+  description: >-
+    Each GPU's minor number (/dev/nvidiaN), PCI bus id and the Slurm logical indexes of the cores local to
+    it (null where sysfs does not say), for gres.conf.
+  returned: always
+  type: list
+  elements: dict
 """
 
 MISSING_COMMAND = 127
+PCI_DEVICES = "/sys/bus/pci/devices"
+CPU_ROOT = "/sys/devices/system/cpu"
 
 
 def _smi_report(module, smi_report, command):
@@ -114,6 +125,46 @@ def _loaded_modules():
         return frozenset()
 
 
+def _read(path):
+    with open(path) as handle:
+        return handle.read().strip()
+
+
+def _cpu_topology():
+    """Every CPU's (physical_package_id, core_id); empty when sysfs does not say."""
+    out = {}
+    try:
+        names = os.listdir(CPU_ROOT)
+    except OSError:
+        return out
+    for name in names:
+        if not (name.startswith("cpu") and name[3:].isdigit()):
+            continue
+        base = os.path.join(CPU_ROOT, name, "topology")
+        try:
+            out[int(name[3:])] = (int(_read(f"{base}/physical_package_id")), int(_read(f"{base}/core_id")))
+        except (OSError, ValueError):
+            return {}
+    return out
+
+
+def _placements(topology_mod, report):
+    """Each GPU's device minor and local cores; cores None where the host's sysfs has no answer (the
+    local cluster's fake GPUs have no PCI device)."""
+    cpus = _cpu_topology()
+    out = []
+    for gpu in report.gpus:
+        cores = None
+        try:
+            path = os.path.join(PCI_DEVICES, topology_mod.pci_sysfs_name(gpu.bus_id), "local_cpulist")
+            local = topology_mod.parse_cpulist(_read(path))
+            cores = list(topology_mod.logical_cores(cpus, local)) if cpus else None
+        except (OSError, ValueError):
+            cores = None
+        out.append({"minor": gpu.minor_number, "bus_id": gpu.bus_id, "cores": cores})
+    return out
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -131,6 +182,7 @@ def main():
     )
     host_checks = import_megahour(module, "nvidia.host_checks")
     smi_report = import_megahour(module, "nvidia.smi_report")
+    topology = import_megahour(module, "nvidia.topology")
     params = module.params
     try:
         req = host_checks.requirements_from_inventory(
@@ -145,9 +197,8 @@ def main():
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     if req is None:
-        module.exit_json(
-            changed=False, ok=True, driver_version="", findings=[], skipped_reason="no GPU model"
-        )
+        nothing = {"ok": True, "driver_version": "", "findings": [], "placements": []}
+        module.exit_json(changed=False, skipped_reason="no GPU model", **nothing)
     report, error = _smi_report(module, smi_report, params["nvidia_smi"])
     state = host_checks.HostState(
         smi=report,
@@ -163,6 +214,7 @@ def main():
         "ok": all(f.ok for f in findings),
         "driver_version": report.driver_version if report else "",
         "findings": [f.to_dict() for f in findings],
+        "placements": _placements(topology, report) if report else [],
     }
     if not result["ok"] and params["policy"] == "fail":
         module.fail_json(msg=f"NVIDIA stack of {req.model}: {host_checks.summary(findings)}", **result)

@@ -38,6 +38,7 @@ class SmiGpu:
     persistence_mode: str  # Enabled, Disabled
     fabric_state: str | None  # Completed, In Progress, Not Supported, N/A; None: the driver prints no Fabric
     fabric_status: str | None  # Success, N/A, or an error text
+    minor_number: int | None = None  # N of /dev/nvidiaN; not the index when only some GPUs are passed through
 
 
 @dataclass(frozen=True)
@@ -100,4 +101,5 @@ def _gpu(bus_id: str, fields: dict[str, str]) -> SmiGpu:
         persistence_mode=fields["Persistence Mode"],
         fabric_state=fields.get("Fabric/State"),
         fabric_status=fields.get("Fabric/Status"),
+        minor_number=int(fields["Minor Number"]) if fields.get("Minor Number", "").isdigit() else None,
     )
