@@ -33,3 +33,24 @@ def test_placements_give_each_gpu_its_file_and_cores():
 def test_placements_that_do_not_match_the_declared_count_are_not_used():
     placed = [{"minor": 0, "bus_id": "a", "cores": [0]}]
     assert gres_gpu_lines(placed, "h100", 2) == ["Name=gpu Type=h100 File=/dev/nvidia[0-1]"]
+
+
+def render_gres_conf(**variables) -> str:
+    import jinja2
+
+    env = jinja2.Environment(trim_blocks=True, undefined=jinja2.StrictUndefined)
+    env.filters.update(filter_plugins(REPO / "roles/slurm_node/filter_plugins/gres.py"))
+    env.filters.update(filter_plugins(REPO / "roles/slurm_client/filter_plugins/gpu_profiles.py"))
+    template = env.from_string((REPO / "roles/slurm_node/templates/gres.conf.j2").read_text())
+    return template.render(ansible_managed="managed", **variables)
+
+
+def test_the_template_renders_both_forms_and_nothing_without_gpus():
+    gpu = {"model": "h100", "count": 2}
+    assert render_gres_conf(slurm_node_gpu=gpu) == "# managed\nName=gpu Type=h100 File=/dev/nvidia[0-1]\n"
+    placed = [{"minor": i, "bus_id": "a", "cores": [i * 8]} for i in range(2)]
+    assert render_gres_conf(slurm_node_gpu=gpu, nvidia_gpu_placements=placed).splitlines()[1:] == [
+        "Name=gpu Type=h100 File=/dev/nvidia0 Cores=0",
+        "Name=gpu Type=h100 File=/dev/nvidia1 Cores=8",
+    ]
+    assert render_gres_conf(slurm_node_gpu={"count": 0}) == "# managed\n"
