@@ -23,6 +23,7 @@ ALLOWED: dict[str, set[str]] = {
     "slurm": set(),
     "inventory": {"atomicio"},
     "doctor": {"inventory", "health"},
+    "nvidia": {"inventory"},
     "metrics": {"atomicio"},
     "cluster": {"atomicio"},
     "deploy": {"atomicio"},
