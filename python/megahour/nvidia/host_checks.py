@@ -115,11 +115,10 @@ def check(req: HostRequirements, state: HostState) -> list[Finding]:
         out.append(_fabric_manager(smi, state))
     if req.peermem:
         out.append(
-            Finding("peermem", True, f"{PEERMEM} is loaded (GPUDirect RDMA)")
-            if PEERMEM in state.loaded_modules
-            else Finding(
+            _present(
                 "peermem",
-                False,
+                PEERMEM in state.loaded_modules,
+                f"{PEERMEM} is loaded (GPUDirect RDMA)",
                 f"{PEERMEM} is not loaded, so NCCL cannot use GPUDirect RDMA on this RDMA fabric",
                 f"modprobe {PEERMEM} and list it in /etc/modules-load.d/ (the driver ships it), or set "
                 "nvidia_peermem: false",
@@ -127,17 +126,20 @@ def check(req: HostRequirements, state: HostState) -> list[Finding]:
         )
     if req.dcgm:
         out.append(
-            Finding("dcgm", True, f"{DCGM} (DCGM's host engine) is active")
-            if DCGM in state.active_units
-            else Finding(
+            _present(
                 "dcgm",
-                False,
+                DCGM in state.active_units,
+                f"{DCGM} (DCGM's host engine) is active",
                 f"{DCGM} (DCGM's host engine) is not active",
                 f"install datacenter-gpu-manager and `systemctl enable --now {DCGM}`, "
                 "or set nvidia_dcgm: false",
             )
         )
     return out
+
+
+def _present(name: str, present: bool, ok_message: str, missing_message: str, fix: str) -> Finding:
+    return Finding(name, True, ok_message) if present else Finding(name, False, missing_message, fix)
 
 
 def _driver(req: HostRequirements, smi: SmiReport) -> Finding:
