@@ -64,7 +64,7 @@ def test_no_devices_no_volumes():
         ((["/dev/a", "/dev/b"], dirs("/data/c"), "raid0"), "put them under /mnt/nvme"),
         ((["/dev/a"], [], "auto"), "megahour_cache_dirs is empty"),
         ((["/dev/a", "/dev/a"], dirs("/mnt/nvme/c"), "auto"), "lists a device twice"),
-        ((["/dev/a"], dirs("/mnt/nvme/c"), "raid5"), "storage_layout is 'raid5'"),
+        ((["/dev/a"], dirs("/mnt/nvme/c"), "raid5"), "megahour_cache_layout is 'raid5'"),
         ((["/dev/a"], [{"path": "relative"}], "auto"), "has no absolute path"),
     ],
 )

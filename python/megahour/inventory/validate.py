@@ -14,7 +14,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from megahour.inventory import fabric
+from megahour.inventory import cache_volumes, fabric
 from megahour.inventory.platforms import PLATFORMS, RUNTIME_MIN_PYTHON, supported
 from megahour.inventory.profiles import VARIABLE as PROFILES_VARIABLE
 from megahour.inventory.profiles import ProfileError, merged_profiles
@@ -430,7 +430,37 @@ def _check_compute_host(host: str, hv: dict[str, Any]) -> list[Finding]:
             )
         )
     findings += _check_cache_dirs(host, hv)
+    if not findings:
+        findings += _check_cache_volumes(host, hv)
     return findings
+
+
+def _check_cache_volumes(host: str, hv: dict[str, Any]) -> list[Finding]:
+    """What the storage role would refuse: a device list and cache directories that make no volume plan."""
+    names = ("megahour_cache_layout", "megahour_cache_raid_mount", "megahour_cache_mounts")
+    values = [hv.get(v) for v in names]
+    if any(unrendered(v) for v in values):
+        return []
+    layout, raid_mount, image_mounts = values
+    try:
+        volumes = cache_volumes.plan(
+            hv.get("megahour_nvme_devices") or [],
+            hv.get(cache_dirs_variable(hv)) or [],
+            layout or "auto",
+            raid_mount=raid_mount or cache_volumes.DEFAULT_RAID_MOUNT,
+        )
+        cache_volumes.required_mounts(volumes, image_mounts or [])
+    except (ValueError, TypeError, AttributeError) as exc:
+        message, _, fix = str(exc).partition("; ")
+        return [
+            Finding(
+                "megahour_nvme_devices",
+                message,
+                fix or "fix megahour_nvme_devices, megahour_cache_dirs and megahour_cache_mounts",
+                host,
+            )
+        ]
+    return []
 
 
 def cache_dirs_variable(hv: dict[str, Any]) -> str:

@@ -131,7 +131,8 @@ def check(req: HostRequirements, state: HostState) -> list[Finding]:
                 DCGM in state.active_units,
                 f"{DCGM} (DCGM's host engine) is active",
                 f"{DCGM} (DCGM's host engine) is not active",
-                f"install datacenter-gpu-manager and `systemctl enable --now {DCGM}`, or set nvidia_dcgm: false",
+                f"install datacenter-gpu-manager and `systemctl enable --now {DCGM}`, "
+                "or set nvidia_dcgm: false",
             )
         )
     return out
