@@ -1,7 +1,15 @@
 import pytest
 import yaml
 
-from megahour.cluster.spec import EXPECTED_SERVICES, SHARED_MOUNT, ClusterSpec, SpecError, shared_volume_name
+from megahour.cluster.spec import (
+    CACHE_MOUNT,
+    EXPECTED_SERVICES,
+    SHARED_MOUNT,
+    ClusterSpec,
+    SpecError,
+    shared_volume_name,
+)
+from tests.conftest import REPO
 
 
 def test_default_shape_is_controller_and_two_gpu_nodes():
@@ -52,14 +60,37 @@ def test_inventory_groups_and_gpu_vars():
     assert cluster["vars"]["ansible_connection"] == "megahour_podman"
 
 
-def test_every_host_mounts_the_shared_volume_at_srv_megahour():
-    spec = ClusterSpec(name="lab")
+def test_every_host_mounts_the_shared_volume_and_each_compute_node_a_cache_volume_of_its_own():
+    spec = ClusterSpec(name="lab", remote_store=True)
     assert spec.shared_volume == shared_volume_name("lab") == "megahour-lab-shared"
+    assert SHARED_MOUNT == "/srv/megahour"
+    # The stand-in for the NVMe: what inventories/local names as megahour_cache_mounts.
+    assert CACHE_MOUNT == "/var/lib/megahour/nvme0"
+    local = yaml.safe_load((REPO / "inventories/local/group_vars/compute.yml").read_text())
+    assert local["megahour_cache_mounts"] == [CACHE_MOUNT]
+    assert [d["path"] for d in local["megahour_cache_dirs"]] == [CACHE_MOUNT]
     for host in spec.hosts:
         args = spec.run_args(host)
         volumes = [args[i + 1] for i, a in enumerate(args) if a == "--volume"]
-        assert volumes == [f"megahour-lab-shared:{SHARED_MOUNT}"]
-        assert SHARED_MOUNT == "/srv/megahour"
+        expected = [f"megahour-lab-shared:{SHARED_MOUNT}"]
+        if host.role == "compute":
+            expected.append(f"megahour-lab-{host.name}-nvme0:{CACHE_MOUNT}")
+        assert volumes == expected, host
+    assert len({spec.cache_volume(h) for h in spec.hosts if h.role == "compute"}) == spec.compute_nodes
+
+
+@pytest.mark.parametrize("scenario", ["cluster", "faults", "warehouse"])
+def test_the_scenarios_compute_platforms_mount_a_cache_volume_of_their_own(scenario):
+    config = yaml.safe_load((REPO / "molecule" / scenario / "molecule.yml").read_text())
+    seen = []
+    for platform in config["platforms"]:
+        cache = [v for v in platform.get("volumes", []) if v.endswith(f":{CACHE_MOUNT}")]
+        if {"compute", "spare"} & set(platform["groups"]):
+            assert len(cache) == 1, platform["name"]
+            seen.append(cache[0])
+        else:
+            assert cache == [], platform["name"]
+    assert len(seen) == len(set(seen))
 
 
 def test_status_checks_postgres_and_the_airflow_services_on_the_controller():

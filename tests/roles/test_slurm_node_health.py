@@ -129,3 +129,24 @@ def test_without_an_rdma_fabric_the_gate_checks_no_ports(render):
     assert json.loads(render().read_text())["rdma"] is None
     raw = json.loads(render(megahour_fabric={"type": "ethernet", "interface": "eth0"}).read_text())
     assert raw["rdma"] is None and load_raw(raw).rdma is None
+
+
+def test_the_gate_requires_the_cache_volumes_the_storage_role_mounts(render):
+    raw = json.loads(
+        render(
+            megahour_nvme_devices=["/dev/nvme0n1", "/dev/nvme1n1"],
+            megahour_cache_dirs=[
+                {"path": "/mnt/nvme0/alluxio", "size": "3TB"},
+                {"path": "/mnt/nvme1/a", "size": "3TB"},
+            ],
+            megahour_cache_mounts=["/scratch"],
+        ).read_text()
+    )
+    assert raw["mounts"] == [
+        {"path": "/mnt/nvme0", "require_mount": True},
+        {"path": "/mnt/nvme1", "require_mount": True},
+        {"path": "/scratch", "require_mount": True},
+    ]
+    assert [m.path for m in load_raw(raw).mounts] == ["/mnt/nvme0", "/mnt/nvme1", "/scratch"]
+    # Without devices or image mounts (a directory for a cache): no mount rule.
+    assert json.loads(render().read_text())["mounts"] == []

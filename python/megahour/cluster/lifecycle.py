@@ -16,6 +16,7 @@ from megahour.atomicio import atomic_write_text
 from megahour.cluster import podman
 from megahour.cluster.images import DEFAULT_SUITE, BaseRecipe, NodeRecipe, debian_mirror_from_sources
 from megahour.cluster.spec import (
+    CACHE_MOUNT,
     CLUSTER_LABEL,
     EXPECTED_SERVICES,
     ROLE_LABEL,
@@ -124,12 +125,24 @@ def up(spec: ClusterSpec, inventory_path: Path, console: Console) -> None:
         podman.podman(["volume", "create", "--label", f"{CLUSTER_LABEL}={spec.name}", spec.shared_volume])
         console.print(f"[green]✓[/] volume {spec.shared_volume} (shared {SHARED_MOUNT} on every host)")
     for host in spec.hosts:
+        volume = spec.cache_volume(host)
+        if volume and not podman.volume_exists(volume):
+            podman.podman(["volume", "create", "--label", f"{CLUSTER_LABEL}={spec.name}", volume])
+            console.print(f"[green]✓[/] volume {volume} ({host.name}'s cache volume at {CACHE_MOUNT})")
+    for host in spec.hosts:
         if podman.container_exists(host.name):
             info = podman.inspect_container(host.name)
             if info["Config"]["Labels"].get(CLUSTER_LABEL) != spec.name:
                 raise podman.PodmanError(
                     f"a container named {host.name} exists but is not part of megahour cluster "
                     f"'{spec.name}'; remove it (`podman rm -f {host.name}`) or run `make down` first"
+                )
+            mounts = {m.get("Destination") for m in info.get("Mounts") or []}
+            if spec.cache_volume(host) and CACHE_MOUNT not in mounts:
+                # Made by a megahour before the cache volume: the storage role would refuse the node.
+                raise podman.PodmanError(
+                    f"{host.name} has no cache volume at {CACHE_MOUNT} (made by an older megahour); "
+                    "recreate the cluster: `make down && make up`"
                 )
             if not info["State"]["Running"]:
                 podman.podman(["start", host.name])
@@ -184,6 +197,10 @@ def down(spec_name: str, network: str, inventory_path: Path, console: Console) -
     if podman.volume_exists(volume):
         podman.podman(["volume", "rm", "--force", volume])
         console.print(f"[green]✓[/] removed volume {volume} (the cluster's {SHARED_MOUNT})")
+    # The compute nodes' cache volumes (their NVMe stand-ins) go too.
+    for volume in podman.volumes_with_label(f"{CLUSTER_LABEL}={spec_name}"):
+        podman.podman(["volume", "rm", "--force", volume])
+        console.print(f"[green]✓[/] removed volume {volume}")
     if inventory_path.exists():
         inventory_path.unlink()
         console.print(f"[green]✓[/] removed {inventory_path}")

@@ -51,6 +51,11 @@ def inspect_container(name: str) -> dict:
     return json.loads(text(["container", "inspect", name]))[0]
 
 
+def volumes_with_label(label: str) -> list[str]:
+    out = text(["volume", "ls", "--filter", f"label={label}", "--format", "{{.Name}}"])
+    return out.split()
+
+
 def containers_with_label(label: str) -> list[dict]:
     out = text(["ps", "--all", "--filter", f"label={label}", "--format", "json"])
     return json.loads(out) if out else []

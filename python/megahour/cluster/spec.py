@@ -19,6 +19,10 @@ STORE_NAME = "store"
 # Every container mounts one podman named volume here: the cluster's shared filesystem
 # (landing, storage, ingest runs), as a vendor's NFS/Lustre mount would be.
 SHARED_MOUNT = "/srv/megahour"
+# Each compute container mounts a podman named volume of its own here: the stand-in for the NVMe cache
+# volume (megahour_cache_dirs and megahour_cache_mounts in inventories/local), a mount the storage role and
+# the health gate require, as a vendor's formatted NVMe would be.
+CACHE_MOUNT = "/var/lib/megahour/nvme0"
 # containers.podman.podman with pipelining (playbooks/connection_plugins/megahour_podman.py).
 PODMAN_CONNECTION = "megahour_podman"
 
@@ -26,6 +30,11 @@ PODMAN_CONNECTION = "megahour_podman"
 def shared_volume_name(cluster_name: str) -> str:
     """The podman named volume every container of cluster ``cluster_name`` mounts at SHARED_MOUNT."""
     return f"megahour-{cluster_name}-shared"
+
+
+def cache_volume_name(cluster_name: str, host: str) -> str:
+    """The named volume compute container ``host`` of cluster ``cluster_name`` mounts at CACHE_MOUNT."""
+    return f"megahour-{cluster_name}-{host}-nvme0"
 
 
 # Services each role must run once deployed; `cluster status` reports them.
@@ -108,6 +117,10 @@ class ClusterSpec:
             hosts.append(HostSpec(STORE_NAME, "storage"))
         object.__setattr__(self, "hosts", tuple(hosts))
 
+    def cache_volume(self, host: HostSpec) -> str | None:
+        """The named volume that stands in for ``host``'s NVMe cache volume; compute hosts only."""
+        return cache_volume_name(self.name, host.name) if host.role == "compute" else None
+
     def run_args(self, host: HostSpec) -> list[str]:
         """The `podman run` arguments that create ``host`` (without the leading 'podman')."""
         args = [
@@ -127,6 +140,9 @@ class ClusterSpec:
             "--volume",
             f"{self.shared_volume}:{SHARED_MOUNT}",
         ]
+        volume = self.cache_volume(host)
+        if volume:
+            args += ["--volume", f"{volume}:{CACHE_MOUNT}"]
         for device in host.devices:
             args += ["--device", device]
         if host.role == "storage":
