@@ -20,6 +20,9 @@ REQUIRED_COMMANDS: dict[str, str] = {  # command -> Debian package
     "podman": "podman",
     "runc": "runc",
     "debootstrap": "debootstrap",
+    # Not for the containers: the storage role's loop-device test formats XFS on this host
+    # (tests/roles/test_storage_loop_device.py), since the containers may not mount.
+    "mkfs.xfs": "xfsprogs",
 }
 DROPIN_PATH = Path("/etc/containers/containers.conf.d/50-megahour.conf")
 DROPIN_TEXT = """\
@@ -75,7 +78,7 @@ def is_debian_like(os_release: str) -> bool:
 def manual_instructions(report: PrereqReport) -> str:
     pkgs = " ".join(REQUIRED_COMMANDS[c] for c in report.missing_commands) or "(none)"
     return (
-        "The local cluster needs podman, runc and debootstrap, plus podman settings.\n"
+        "The local cluster needs podman, runc, debootstrap and xfsprogs, plus podman settings.\n"
         f"  install the packages: {pkgs} (Debian/Ubuntu: apt-get install {pkgs})\n"
         f"  write {report.dropin} with:\n\n{DROPIN_TEXT}\n"
         "Or run `make prereqs` as root on a Debian/Ubuntu host, which does both."
