@@ -85,10 +85,17 @@ findings:
 placements:
   description: >-
     Each GPU's minor number (/dev/nvidiaN), PCI bus id and the Slurm logical indexes of the cores local to
-    it (null where sysfs does not say), for gres.conf.
+    it (null where sysfs does not say), for gres.conf; in nvidia-smi's index order.
   returned: always
   type: list
   elements: dict
+links:
+  description: >-
+    The NVLinks between each pair of GPUs from `nvidia-smi topo -m`, by nvidia-smi index (-1 the GPU
+    itself, 0 a PCIe path), for gres.conf's Links=; null where the matrix cannot be read completely.
+  returned: always
+  type: list
+  elements: list
 """
 
 MISSING_COMMAND = 127
@@ -165,6 +172,22 @@ def _placements(topology_mod, report):
     return out
 
 
+def _links(module, topology_mod, command, count):
+    """The NVLink matrix, or None: an old driver without `topo -m`, or a matrix not of ``count`` GPUs."""
+    try:
+        rc, out, _err = module.run_command([command, "topo", "-m"])
+    except OSError:
+        return None
+    if rc != 0:
+        return None
+    try:
+        matrix = topology_mod.parse_topo_links(out)
+    except ValueError as exc:
+        module.warn(f"{command} topo -m: {exc}; gres.conf gets no Links=")
+        return None
+    return [list(row) for row in matrix] if len(matrix) == count else None
+
+
 def main():
     module = AnsibleModule(
         argument_spec={
@@ -197,7 +220,7 @@ def main():
     except ValueError as exc:
         module.fail_json(msg=str(exc))
     if req is None:
-        nothing = {"ok": True, "driver_version": "", "findings": [], "placements": []}
+        nothing = {"ok": True, "driver_version": "", "findings": [], "placements": [], "links": None}
         module.exit_json(changed=False, skipped_reason="no GPU model", **nothing)
     report, error = _smi_report(module, smi_report, params["nvidia_smi"])
     state = host_checks.HostState(
@@ -215,6 +238,7 @@ def main():
         "driver_version": report.driver_version if report else "",
         "findings": [f.to_dict() for f in findings],
         "placements": _placements(topology, report) if report else [],
+        "links": _links(module, topology, params["nvidia_smi"], len(report.gpus)) if report else None,
     }
     if not result["ok"] and params["policy"] == "fail":
         module.fail_json(msg=f"NVIDIA stack of {req.model}: {host_checks.summary(findings)}", **result)

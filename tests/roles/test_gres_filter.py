@@ -54,3 +54,14 @@ def test_the_template_renders_both_forms_and_nothing_without_gpus():
         "Name=gpu Type=h100 File=/dev/nvidia1 Cores=8",
     ]
     assert render_gres_conf(slurm_node_gpu={"count": 0}) == "# managed\n"
+
+
+def test_the_template_writes_links_from_the_nvidia_roles_matrix():
+    gpu = {"model": "h100", "count": 2}
+    placed = [{"minor": i, "bus_id": "a", "cores": [i * 8]} for i in range(2)]
+    links = [[-1, 18], [18, -1]]
+    rendered = render_gres_conf(slurm_node_gpu=gpu, nvidia_gpu_placements=placed, nvidia_gpu_links=links)
+    assert rendered.splitlines()[1:] == [
+        "Name=gpu Type=h100 File=/dev/nvidia0 Cores=0 Links=-1,18",
+        "Name=gpu Type=h100 File=/dev/nvidia1 Cores=8 Links=18,-1",
+    ]

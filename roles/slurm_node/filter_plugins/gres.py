@@ -1,5 +1,6 @@
-"""gres.conf's GPU lines: one a GPU with its device file and local cores where the nvidia role read them
-from the host (``nvidia_gpu_placements``), else one line for ``/dev/nvidia0`` to ``N-1``.
+"""gres.conf's GPU lines: one a GPU with its device file, local cores and NVLinks where the nvidia role read
+them from the host (``nvidia_gpu_placements``, ``nvidia_gpu_links``), else one line for ``/dev/nvidia0`` to
+``N-1``.
 
 The derivation is ``megahour.nvidia.topology.gres_lines`` (on the control node, like slurm_client's filters).
 """
@@ -9,8 +10,9 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 
-def gres_gpu_lines(placements, gres_type, count):
-    """The ``Name=gpu`` lines of gres.conf for ``count`` GPUs of Slurm type ``gres_type``."""
+def gres_gpu_lines(placements, gres_type, count, links=None):
+    """The ``Name=gpu`` lines of gres.conf for ``count`` GPUs of Slurm type ``gres_type`` (``links``: the
+    nvidia role's NVLink matrix, by nvidia-smi index like ``placements``)."""
     try:
         from megahour.nvidia.topology import GpuPlacement, gres_lines
     except ImportError as exc:
@@ -24,7 +26,7 @@ def gres_gpu_lines(placements, gres_type, count):
         GpuPlacement(p.get("minor"), str(p.get("bus_id", "")), tuple(p["cores"]) if p.get("cores") else None)
         for p in placements or []
     ]
-    lines = gres_lines(gres_type, known) if len(known) == count else None
+    lines = gres_lines(gres_type, known, links) if len(known) == count else None
     if lines is not None:
         return lines
     files = "/dev/nvidia0" if count == 1 else f"/dev/nvidia[0-{count - 1}]"
