@@ -38,6 +38,9 @@ def test_a_driver_below_the_profiles_branch_fails_naming_the_branch_to_install()
     assert not driver.ok
     assert "565.57.01 is branch 565, older than 570" in driver.message
     assert "install driver branch 570 or newer" in driver.fix
+    # The setting it names is the nvidia role's own, with a value its apt pin accepts.
+    assert "nvidia_driver_version: '570.*'" in driver.fix
+    assert "nvidia_driver_version:" in (REPO / "roles" / "nvidia" / "meta" / "argument_specs.yml").read_text()
 
 
 def test_no_report_fails_the_driver_check_only():

@@ -158,7 +158,7 @@ def _driver(req: HostRequirements, smi: SmiReport) -> Finding:
             f"driver {smi.driver_version} is branch {branch}, older than {req.min_driver_branch}, the oldest "
             f"that supports {req.model}",
             f"install driver branch {req.min_driver_branch} or newer (ask the vendor for a newer image, "
-            "or set nvidia_mode: install and nvidia_driver_branch)",
+            f"or set nvidia_mode: install and nvidia_driver_version: '{req.min_driver_branch}.*')",
         )
     return Finding("driver", True, f"driver {smi.driver_version} (needs branch {req.min_driver_branch}+)")
 
