@@ -213,8 +213,8 @@ def main():
             params["gpu_profiles"],
             params["fabric"],
             persistence=params["persistence"],
-            fabric_manager=_switch(params["fabric_manager"]),
-            peermem=_switch(params["peermem"]),
+            fabric_manager=params["fabric_manager"],
+            peermem=params["peermem"],
             dcgm=params["dcgm"],
         )
     except ValueError as exc:
@@ -243,13 +243,6 @@ def main():
     if not result["ok"] and params["policy"] == "fail":
         module.fail_json(msg=f"NVIDIA stack of {req.model}: {host_checks.summary(findings)}", **result)
     module.exit_json(**result)
-
-
-def _switch(value):
-    # Inventory YAML gives true/false as booleans and auto as a string; "true"/"false" strings also come.
-    if isinstance(value, str) and value.lower() in ("true", "yes", "false", "no"):
-        return value.lower() in ("true", "yes")
-    return value
 
 
 if __name__ == "__main__":

@@ -93,6 +93,9 @@ def test_peermem_is_asked_on_rdma_fabrics(fabric, expected):
 
 def test_switches_override_auto_and_refuse_other_values():
     assert hc.requirements(BUILTIN["h100"], 8, "roce", peermem=False, fabric_manager=False).peermem is False
+    # Strings as an inventory may hand them over.
+    assert hc.requirements(BUILTIN["h100"], 8, "roce", peermem="False", fabric_manager="yes").peermem is False
+    assert hc.requirements(BUILTIN["h100"], 2, fabric_manager="true").fabric_manager is True
     with pytest.raises(ValueError, match="nvidia_fabric_manager is 'sometimes'"):
         hc.requirements(BUILTIN["h100"], 8, fabric_manager="sometimes")
 

@@ -61,11 +61,17 @@ class Finding:
         return asdict(self)
 
 
+# Inventory YAML gives true/false as booleans and auto as a string; "true"/"false" strings also come.
+_WORDS = {"true": True, "yes": True, "false": False, "no": False}
+
+
 def _switch(value: Any, auto: bool, name: str) -> bool:
     if value == AUTO:
         return auto
     if isinstance(value, bool):
         return value
+    if isinstance(value, str) and value.lower() in _WORDS:
+        return _WORDS[value.lower()]
     raise ValueError(f"nvidia_{name} is {value!r}; set it to auto, true or false")
 
 
