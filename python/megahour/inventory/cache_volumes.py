@@ -56,12 +56,18 @@ def _under(path: str, mount: str) -> bool:
 def plan(
     devices: Sequence[str] | None,
     cache_dirs: Iterable | None,
-    layout: str = "auto",
-    raid_device: str = DEFAULT_RAID_DEVICE,
-    raid_mount: str = DEFAULT_RAID_MOUNT,
+    layout: str | None = "auto",
+    raid_device: str | None = DEFAULT_RAID_DEVICE,
+    raid_mount: str | None = DEFAULT_RAID_MOUNT,
 ) -> list[Volume]:
-    """What to build from ``megahour_nvme_devices`` and ``megahour_cache_dirs``; ValueError names the fix."""
+    """What to build from ``megahour_nvme_devices`` and ``megahour_cache_dirs``; ValueError names the fix.
+
+    An unset (None or empty) layout, array device or array mount point takes its default, as the
+    inventory leaves them."""
     devices = list(devices or [])
+    layout = layout or "auto"
+    raid_device = raid_device or DEFAULT_RAID_DEVICE
+    raid_mount = raid_mount or DEFAULT_RAID_MOUNT
     if layout not in LAYOUTS:
         raise ValueError(f"megahour_cache_layout is {layout!r}; set it to one of {', '.join(LAYOUTS)}")
     if not devices:

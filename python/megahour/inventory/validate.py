@@ -446,8 +446,8 @@ def _check_cache_volumes(host: str, hv: dict[str, Any]) -> list[Finding]:
         volumes = cache_volumes.plan(
             hv.get("megahour_nvme_devices") or [],
             hv.get(cache_dirs_variable(hv)) or [],
-            layout or "auto",
-            raid_mount=raid_mount or cache_volumes.DEFAULT_RAID_MOUNT,
+            layout,
+            raid_mount=raid_mount,
         )
         cache_volumes.required_mounts(volumes, image_mounts or [])
     except (ValueError, TypeError, AttributeError) as exc:

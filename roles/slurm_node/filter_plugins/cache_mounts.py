@@ -20,13 +20,7 @@ def cache_mount_rules(devices, cache_dirs, image_mounts=(), layout="auto", raid_
             "run `make venv` and use .venv/bin/ansible-playbook"
         ) from exc
     try:
-        volumes = cv.plan(
-            devices,
-            cache_dirs,
-            layout,
-            raid_device or cv.DEFAULT_RAID_DEVICE,
-            raid_mount or cv.DEFAULT_RAID_MOUNT,
-        )
+        volumes = cv.plan(devices, cache_dirs, layout, raid_device, raid_mount)
         return [{"path": p, "require_mount": True} for p in cv.required_mounts(volumes, image_mounts)]
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc

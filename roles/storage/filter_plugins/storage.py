@@ -25,13 +25,7 @@ def storage_volumes(devices, cache_dirs, layout="auto", raid_device=None, raid_m
     """What to build: ``[{device, members, mount}]`` (members: the array's devices; empty for one device)."""
     cv = _module()
     try:
-        plan = cv.plan(
-            devices,
-            cache_dirs,
-            layout,
-            raid_device or cv.DEFAULT_RAID_DEVICE,
-            raid_mount or cv.DEFAULT_RAID_MOUNT,
-        )
+        plan = cv.plan(devices, cache_dirs, layout, raid_device, raid_mount)
     except ValueError as exc:
         raise AnsibleFilterError(str(exc)) from exc
     return [v.as_dict() for v in plan]
