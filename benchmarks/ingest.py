@@ -392,7 +392,7 @@ def replicate(source: Path, replicas: int) -> Path:
         try:
             with LocalSource(path) as src:
                 index = mcapio.open_index(src)
-                recording = mcapio.read_recording(src, index)
+                recording = mcapio.read_recording(src)
         except EpisodeError:
             (dest / path.name).write_bytes(path.read_bytes())  # the corrupt one, once
             continue

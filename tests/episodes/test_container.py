@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import struct
 from pathlib import Path
 
@@ -146,12 +147,32 @@ def test_payload_is_much_smaller_than_jpeg(tuned) -> None:
 # --- bad input -------------------------------------------------------------------------------------
 
 
-def test_truncated_episode_is_refused_and_leaves_no_output(raw_episode, tmp_path) -> None:
-    raw, _, _ = raw_episode
+def test_cut_recording_is_recovered_to_its_last_intact_record_and_says_so(raw_episode, tmp_path) -> None:
+    raw, recording, _ = raw_episode
     cut = tmp_path / "cut.mcap"
     cut.write_bytes(raw.read_bytes()[: raw.stat().st_size // 2])
     out = tmp_path / "out.mcap"
-    with pytest.raises(CorruptEpisodeError, match=r"cut.mcap, byte \d+: no MCAP magic at the end"):
+    report = transcode.transcode(cut, out)
+    assert len(report.warnings) == 1
+    assert re.match(
+        r"recovered \d+ messages from the first \d+ of \d+ bytes; the file is cut", report.warnings[0]
+    )
+    with LocalSource(out) as source:
+        kept = mcapio.read_recording(source)
+    # A prefix of each topic survives (a topic whose first chunk came after the cut is lost whole: the
+    # recorder closes a slow topic's chunk late), and the episode is not empty.
+    assert sum(len(msgs) for msgs in kept.messages.values()) > 0
+    for topic, msgs in kept.messages.items():
+        assert len(msgs) <= len(recording.messages[topic])
+        assert [m.log_time for m in msgs] == [m.log_time for m in recording.messages[topic][: len(msgs)]]
+
+
+def test_cut_before_the_first_message_is_refused_and_leaves_no_output(raw_episode, tmp_path) -> None:
+    raw, _, _ = raw_episode
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(raw.read_bytes()[:200])
+    out = tmp_path / "out.mcap"
+    with pytest.raises(CorruptEpisodeError, match=r"cut.mcap: the recording holds no messages"):
         transcode.transcode(cut, out)
     assert list(tmp_path.iterdir()) == [cut]
 

@@ -74,7 +74,7 @@ def test_good_episodes_land_once_and_the_corrupt_one_is_quarantined(fresh, wareh
     assert episodes_table.count(warehouse) == GOOD
     bad = next(e for e in episodes if e.corrupt)
     reasons = quarantine.reasons(warehouse)
-    assert list(reasons) == [bad.episode_id] and "truncated" in reasons[bad.episode_id]
+    assert list(reasons) == [bad.episode_id] and "chunk does not decode" in reasons[bad.episode_id]
     assert (tmp_path / "storage" / "quarantine" / f"{bad.episode_id}.mcap").exists()
     assert [q["episode_id"] for q in summary["quarantined"]] == [bad.episode_id]
     assert summary["episode_hours"] > 0
@@ -186,8 +186,8 @@ def test_unsafe_episode_ids_and_environment_errors_are_not_quarantined_as_corrup
 def _index_with_id(episode_id: str):
     real = work.mcapio.open_index
 
-    def fake(source):
-        index = real(source)
+    def fake(source, **options):
+        index = real(source, **options)
         index.metadata[work.LABELS_METADATA] = {
             **index.metadata[work.LABELS_METADATA],
             "episode_id": episode_id,

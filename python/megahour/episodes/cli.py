@@ -169,6 +169,8 @@ def _cmd_transcode(args: argparse.Namespace, console: Console) -> int:
     bar, update = cliutil.progress(console, "transcode")
     with bar:
         report = transcode(Path(args.raw), Path(args.output), options, progress=update)
+    for warning in report.warnings:
+        cliutil.print_error(f"{args.raw}: {warning}", "warning:")
     cliutil.emit(
         args,
         console,

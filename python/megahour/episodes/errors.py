@@ -29,6 +29,15 @@ class CorruptEpisodeError(EpisodeError):
     """The file is truncated or its records do not parse."""
 
 
+class SummaryMissing(CorruptEpisodeError):
+    """The file has no summary, or one without the chunk indexes, channels or statistics it needs.
+
+    The file itself may be valid (MCAP's summary is optional, and a recording cut short has none):
+    random access needs the index, a whole-file read (:func:`megahour.episodes.mcapio.read_recording`)
+    does not.
+    """
+
+
 class MissingTopicError(EpisodeError):
     """A topic the layout or the sample spec needs is absent from the episode."""
 

@@ -10,21 +10,23 @@ from __future__ import annotations
 import io
 import json
 import struct
-import threading
-import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import zstandard
 from mcap.exceptions import McapError
 from mcap.records import Channel, ChunkIndex, Footer, Metadata, Schema, Statistics
 from mcap.stream_reader import MAGIC_SIZE, StreamReader
 from mcap.writer import CompressionType, IndexType, Writer
 
 from megahour.atomicio import atomic_writer
-from megahour.episodes import schemas
-from megahour.episodes.errors import CorruptEpisodeError, TimestampOrderError, UnknownSchemaError
+from megahour.episodes import mcapscan, schemas
+from megahour.episodes.errors import (
+    CorruptEpisodeError,
+    SummaryMissing,
+    TimestampOrderError,
+    UnknownSchemaError,
+)
 from megahour.episodes.model import SCHEMA_FOR_KIND, Message, Recording, TopicSpec
 from megahour.episodes.source import RangeSource
 
@@ -168,6 +170,9 @@ class EpisodeIndex:
     start_ns: int = 0
     end_ns: int = 0
     message_counts: dict[str, int] = field(default_factory=dict)
+    # Built by a whole-file scan (the file had no usable summary): no chunk index, so no random access.
+    scanned: bool = False
+    warnings: list[str] = field(default_factory=list)
 
     def chunks_with(self, topic: str) -> list[ChunkIndex]:
         channel_id = self.channels[topic].id
@@ -196,26 +201,52 @@ def _corrupt(source: RangeSource, problem: str, offset: int | None = None) -> Co
     )
 
 
-def open_index(source: RangeSource, *, known_schemas: bool = True) -> EpisodeIndex:
+def _no_summary(source: RangeSource, problem: str, offset: int | None = None) -> SummaryMissing:
+    return SummaryMissing(
+        source.name,
+        problem,
+        offset=offset,
+        fix="read it whole (megahour episodes transcode, or ingestion, scan such files), or rewrite its "
+        "index with `mcap recover`",
+    )
+
+
+def open_index(
+    source: RangeSource, *, known_schemas: bool = True, scan_unindexed: bool = False
+) -> EpisodeIndex:
     """Read the footer and summary (and megahour metadata) through ``source``.
 
-    Raises CorruptEpisodeError for a truncated or damaged file and UnknownSchemaError for a channel whose
-    schema megahour cannot decode (when ``known_schemas``).
+    A file whose summary is missing or lacks what a reader needs (statistics, a chunk index per chunk, a
+    channel per channel) raises SummaryMissing, or with ``scan_unindexed`` is scanned whole
+    (:func:`index_from_scan`): reading it then costs the whole file, never fewer messages. Raises
+    CorruptEpisodeError for a damaged file and UnknownSchemaError for a channel whose schema megahour
+    cannot decode (when ``known_schemas``).
     """
+    try:
+        return _open_summary(source, known_schemas=known_schemas)
+    except SummaryMissing:
+        if not scan_unindexed:
+            raise
+    return index_from_scan(mcapscan.scan(source), known_schemas=known_schemas)
+
+
+def _open_summary(source: RangeSource, *, known_schemas: bool) -> EpisodeIndex:
     before = source.counter.fetches
     if source.size < 2 * MAGIC_SIZE + FOOTER_SIZE:
         raise _corrupt(source, f"only {source.size} bytes, too short for an MCAP file", 0)
     tail_start = max(0, source.size - TAIL_READ)
     tail = source.read_range(tail_start, source.size - tail_start)
-    if tail[-MAGIC_SIZE:] != b"\x89MCAP0\r\n":
-        raise _corrupt(source, "no MCAP magic at the end: the file is truncated", source.size - MAGIC_SIZE)
+    if tail[-MAGIC_SIZE:] != mcapscan.MAGIC:
+        raise _no_summary(
+            source, "no MCAP magic at the end: the file was cut short (recoverable)", source.size - MAGIC_SIZE
+        )
     footer_at = len(tail) - MAGIC_SIZE - FOOTER_SIZE
     opcode, length = struct.unpack_from("<BQ", tail, footer_at)
     if opcode != 0x02 or length != FOOTER_SIZE - 9:
         raise _corrupt(source, "no footer record before the end magic", tail_start + footer_at)
     footer = Footer.read(_stream(tail[footer_at + 9 : footer_at + FOOTER_SIZE]))
     if footer.summary_start == 0:
-        raise _corrupt(source, "the file has no summary section (written without an index)", None)
+        raise _no_summary(source, "the file has no summary section (written without an index)")
     if footer.summary_start < tail_start:
         summary_bytes = source.read_range(footer.summary_start, source.size - footer.summary_start)
     else:
@@ -248,14 +279,7 @@ def open_index(source: RangeSource, *, known_schemas: bool = True) -> EpisodeInd
         if chunk.chunk_start_offset + chunk.chunk_length > source.size:
             raise _corrupt(source, "a chunk index points past the end of the file", chunk.chunk_start_offset)
     if known_schemas:
-        for info in channels.values():
-            if info.schema not in schemas.MESSAGE_CLASSES:
-                raise UnknownSchemaError(
-                    source.name,
-                    f"schema {info.schema or '(none)'!r} is not one megahour decodes",
-                    topic=info.topic,
-                    fix=f"record it as one of {', '.join(sorted(schemas.MESSAGE_CLASSES))}",
-                )
+        _check_schemas(source.name, channels)
     metadata: dict[str, dict[str, str]] = {}
     for index in metadata_indexes:
         if index.name not in READ_METADATA:
@@ -270,8 +294,18 @@ def open_index(source: RangeSource, *, known_schemas: bool = True) -> EpisodeInd
             raise _corrupt(source, f"metadata {index.name} does not parse: {exc}", index.offset) from None
         metadata[record.name] = dict(record.metadata)
     if statistics is None:
-        raise _corrupt(
-            source, "the summary has no statistics record (message time bounds)", footer.summary_start
+        raise _no_summary(source, "the summary has no statistics record (message time bounds)")
+    if statistics.chunk_count > len(chunk_indexes):
+        raise _no_summary(
+            source, f"the summary indexes {len(chunk_indexes)} of the file's {statistics.chunk_count} chunks"
+        )
+    if any(not chunk.message_index_offsets for chunk in chunk_indexes):
+        raise _no_summary(source, "the chunk indexes do not say which channels each chunk holds")
+    if statistics.message_count and not statistics.chunk_count:
+        raise _no_summary(source, "the messages are not in chunks, so no chunk index can find them")
+    if statistics.channel_count > len(channels):
+        raise _no_summary(
+            source, f"the summary holds {len(channels)} of the file's {statistics.channel_count} channels"
         )
     ids = {info.id: topic for topic, info in channels.items()}
     return EpisodeIndex(
@@ -284,6 +318,59 @@ def open_index(source: RangeSource, *, known_schemas: bool = True) -> EpisodeInd
         chunk_indexes=chunk_indexes,
         metadata=metadata,
         open_fetches=source.counter.fetches - before,
+    )
+
+
+def _check_schemas(name: str, channels: dict[str, ChannelInfo]) -> None:
+    for info in channels.values():
+        if info.schema not in schemas.MESSAGE_CLASSES:
+            raise UnknownSchemaError(
+                name,
+                f"schema {info.schema or '(none)'!r} is not one megahour decodes",
+                topic=info.topic,
+                fix=f"record it as one of {', '.join(sorted(schemas.MESSAGE_CLASSES))}, or convert it with "
+                "megahour robotlogs convert",
+            )
+
+
+def _scanned_channels(scan: mcapscan.Scan) -> dict[str, ChannelInfo]:
+    channels: dict[str, ChannelInfo] = {}
+    for channel in scan.channels.values():
+        if channel.topic in channels:
+            raise CorruptEpisodeError(
+                scan.name,
+                f"channels {channels[channel.topic].id} and {channel.id} both carry the topic",
+                topic=channel.topic,
+                fix="megahour reads one channel per topic; convert the recording with megahour robotlogs "
+                "convert, which merges them",
+            )
+        channels[channel.topic] = ChannelInfo(
+            channel.id, channel.topic, scan.schema_name(channel), dict(channel.metadata)
+        )
+    return channels
+
+
+def index_from_scan(scan: mcapscan.Scan, *, known_schemas: bool = True) -> EpisodeIndex:
+    """An index of a scanned file: its channels, metadata, time bounds and counts, but no chunk index."""
+    channels = _scanned_channels(scan)
+    if known_schemas:
+        _check_schemas(scan.name, channels)
+    ids = {info.id: topic for topic, info in channels.items()}
+    counts: dict[str, int] = dict.fromkeys(channels, 0)
+    for message in scan.messages:
+        counts[ids[message.channel_id]] += 1
+    times = [m.log_time for m in scan.messages]
+    return EpisodeIndex(
+        name=scan.name,
+        size=scan.size,
+        channels=channels,
+        chunk_indexes=[],
+        metadata={name: dict(data) for name, data in scan.metadata.items() if name in READ_METADATA},
+        start_ns=min(times, default=0),
+        end_ns=max(times, default=0),
+        message_counts=counts,
+        scanned=True,
+        warnings=list(scan.warnings),
     )
 
 
@@ -314,8 +401,8 @@ def messages_in_range(
             )
         if opcode == 0x06:  # Chunk
             try:
-                records = _chunk_records(data, body_start, length)
-                yield from _messages(records, channel_ids)
+                records = mcapscan.decode_chunk(data, body_start, length)
+                yield from mcapscan.chunk_messages(records, channel_ids)
             except CorruptEpisodeError:
                 raise
             except Exception as exc:  # zstd, struct and bounds errors alike mean a damaged chunk
@@ -328,107 +415,48 @@ def messages_in_range(
         pos = body_start + length
 
 
-_CHUNK_HEAD = struct.Struct("<QQQII")  # start, end, uncompressed size, crc, compression-name length
-_RECORD_HEAD = struct.Struct("<BQ")
-_MESSAGE_HEAD = struct.Struct("<HIQQ")  # channel id, sequence, log time, publish time
-# python-zstandard's decompressors are not safe to share between threads (concurrent use corrupts
-# output), and samples are read on several threads at once: one decompressor per thread.
-_ZSTD_LOCAL = threading.local()
-
-
-def _zstd() -> zstandard.ZstdDecompressor:
-    decompressor = getattr(_ZSTD_LOCAL, "decompressor", None)
-    if decompressor is None:
-        decompressor = _ZSTD_LOCAL.decompressor = zstandard.ZstdDecompressor()
-    return decompressor
-
-
-def _chunk_records(data: bytes, body: int, length: int) -> memoryview:
-    """The uncompressed records of the Chunk record whose body starts at ``body``.
-
-    Parsed with struct directly: mcap's record classes read field by field through a stream object,
-    which costs more than the H.264 decode of a sample.
-    """
-    _start, _end, size, crc, name_len = _CHUNK_HEAD.unpack_from(data, body)
-    at = body + _CHUNK_HEAD.size
-    compression = bytes(data[at : at + name_len]).decode()
-    at += name_len
-    (records_len,) = struct.unpack_from("<Q", data, at)
-    at += 8
-    if at + records_len > body + length:
-        raise ValueError(f"records of {records_len} bytes overrun the chunk")
-    payload = memoryview(data)[at : at + records_len]
-    if compression == "":
-        records = payload
-    elif compression == "zstd":
-        records = memoryview(_zstd().decompress(payload, max_output_size=size))
-    elif compression == "lz4":
-        import lz4.frame
-
-        records = memoryview(lz4.frame.decompress(payload))
-    else:
-        raise ValueError(f"unknown chunk compression {compression!r}")
-    # Video chunks are stored uncompressed, so without this check a flipped bit reaches the decoder
-    # as a damaged frame; a CRC of 0 means the writer did not compute one (the MCAP spec allows that).
-    if crc and zlib.crc32(records) != crc:
-        raise ValueError(
-            f"CRC {zlib.crc32(records):#010x} of the records does not match the stored {crc:#010x}"
-        )
-    return records
-
-
-def _messages(records: memoryview, channel_ids: set[int]) -> Iterator[tuple[int, int, bytes]]:
-    pos, end = 0, len(records)
-    while pos < end:
-        opcode, length = _RECORD_HEAD.unpack_from(records, pos)
-        body = pos + 9
-        pos = body + length
-        if pos > end:
-            raise ValueError(f"a record of {length} bytes overruns its chunk")
-        if opcode == 0x05:  # Message
-            channel_id, _seq, log_time, _publish = _MESSAGE_HEAD.unpack_from(records, body)
-            if channel_id in channel_ids:
-                yield channel_id, log_time, bytes(records[body + _MESSAGE_HEAD.size : pos])
-
-
 KIND_FOR_SCHEMA = {schema: kind for kind, schema in SCHEMA_FOR_KIND.items()}
 
 
-def read_recording(source: RangeSource, index: EpisodeIndex | None = None) -> Recording:
-    """Every message of an episode, checked: per-topic log times strictly increase.
+def read_recording(source: RangeSource) -> Recording:
+    """Every message of an episode, read by a whole-file scan (:mod:`megahour.episodes.mcapscan`).
 
-    Chunks are read in file order, so a topic's messages arrive in the order they were recorded.
+    The summary is not trusted to find the messages: a file without one, without chunk indexes, or cut
+    short reads whole (a cut one is recovered, with a warning in ``Recording.warnings``).
+    """
+    return recording_from_scan(mcapscan.scan(source))
+
+
+def recording_from_scan(scan: mcapscan.Scan) -> Recording:
+    """The scanned messages by topic, checked: per-topic log times strictly increase.
+
     Topic specs come from the channel metadata megahour writes, or are inferred (rate from timestamps).
     """
-    index = index or open_index(source)
-    by_id = {info.id: info for info in index.channels.values()}
-    messages: dict[str, list[Message]] = {info.topic: [] for info in index.channels.values()}
-    last_time: dict[str, tuple[int, int]] = {}
-    for chunk in sorted(index.chunk_indexes, key=lambda c: c.chunk_start_offset):
-        data = source.read_range(chunk.chunk_start_offset, chunk.chunk_length)
-        for channel_id, log_time, payload in messages_in_range(
-            source.name, data, chunk.chunk_start_offset, set(by_id)
-        ):
-            topic = by_id[channel_id].topic
-            previous = last_time.get(topic)
-            if previous is not None and log_time <= previous[0]:
-                what = "repeats" if log_time == previous[0] else "goes back from"
-                raise TimestampOrderError(
-                    source.name,
-                    f"log time {log_time} {what} {previous[0]}",
-                    offset=chunk.chunk_start_offset,
-                    topic=topic,
-                    fix="re-record or de-duplicate the topic; a topic's log times must strictly increase",
-                )
-            last_time[topic] = (log_time, chunk.chunk_start_offset)
-            messages[topic].append(Message(log_time, payload))
-    topics = {topic: _topic_spec(index.channels[topic], msgs) for topic, msgs in messages.items()}
+    channels = _scanned_channels(scan)
+    _check_schemas(scan.name, channels)
+    topic_of = {info.id: topic for topic, info in channels.items()}
+    messages: dict[str, list[Message]] = {topic: [] for topic in channels}
+    for message in scan.messages:
+        topic = topic_of[message.channel_id]
+        msgs = messages[topic]
+        if msgs and message.log_time <= msgs[-1].log_time:
+            what = "repeats" if message.log_time == msgs[-1].log_time else "goes back from"
+            raise TimestampOrderError(
+                scan.name,
+                f"log time {message.log_time} {what} {msgs[-1].log_time} (message {len(msgs)})",
+                topic=topic,
+                fix="re-record or de-duplicate the topic; a topic's log times must strictly increase",
+            )
+        msgs.append(Message(message.log_time, message.data))
+    times = [m.log_time for m in scan.messages]
+    topics = {topic: _topic_spec(channels[topic], msgs) for topic, msgs in messages.items()}
     return Recording(
-        episode_id=Path(source.name).stem,
+        episode_id=Path(scan.name).stem,
         topics=topics,
         messages=messages,
-        start_ns=index.start_ns,
-        end_ns=index.end_ns,
+        start_ns=min(times, default=0),
+        end_ns=max(times, default=0),
+        warnings=list(scan.warnings),
     )
 
 

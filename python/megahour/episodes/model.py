@@ -57,6 +57,8 @@ class Recording:
     start_ns: int
     end_ns: int
     metadata: dict[str, str] = field(default_factory=dict)
+    # What the reader had to say about the file without refusing it (a recording recovered from a cut).
+    warnings: list[str] = field(default_factory=list)
 
     def cameras(self) -> list[TopicSpec]:
         return [spec for spec in self.topics.values() if spec.is_camera]

@@ -9,11 +9,11 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from megahour.episodes import mcapio, schemas, video
-from megahour.episodes.errors import MissingTopicError
+from megahour.episodes.errors import CorruptEpisodeError, MissingTopicError
 from megahour.episodes.layout import (
     DEFAULT_GROUPS,
     Layout,
@@ -58,6 +58,8 @@ class TranscodeReport:
     output_file_bytes: int
     chunks: int
     seconds: float
+    # What the reader recovered or noticed (a recording cut short by a crash is kept up to its cut).
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def payload_reduction(self) -> float:
@@ -77,6 +79,12 @@ def transcode(
     began = time.perf_counter()
     with LocalSource(raw_path) as source:
         recording = mcapio.read_recording(source)
+    if not any(recording.messages.values()):
+        raise CorruptEpisodeError(
+            str(raw_path),
+            f"the recording holds no messages ({len(recording.topics)} topics)",
+            fix="check the recorder wrote its topics; an empty episode is not transcoded",
+        )
     for topic in options.require_topics:
         if topic not in recording.topics:
             raise MissingTopicError(
@@ -118,6 +126,7 @@ def transcode(
         output_file_bytes=size,
         chunks=len(chunks),
         seconds=time.perf_counter() - began,
+        warnings=list(recording.warnings),
     )
 
 
@@ -242,7 +251,7 @@ def rechunk_per_topic(tuned_path: str | Path, out_path: str | Path, chunk_bytes:
     """
     with LocalSource(tuned_path) as source:
         index = mcapio.open_index(source)
-        recording = mcapio.read_recording(source, index)
+        recording = mcapio.read_recording(source)
     keyframes = index.metadata.get(mcapio.KEYFRAMES_METADATA, {})
     chunks = mcapio.per_topic_chunks(recording.messages, chunk_bytes)
     return mcapio.write_episode(

@@ -1,8 +1,9 @@
 """Simulated raw episodes for a landing zone, as robots upload them (tests, drills and benchmarks).
 
 Each file is the raw form (per-frame JPEG, per-topic zstd chunks) with a ``megahour.episode`` metadata
-record carrying the labels ingestion registers. ``corrupt`` of them are cut short, the way an
-interrupted upload leaves a file, so ingestion must quarantine them.
+record carrying the labels ingestion registers. ``corrupt`` of them have a damaged chunk, the way a
+failing disk or a bad copy leaves a file, so ingestion must quarantine them. (A file merely cut short is
+not corrupt: the reader recovers it up to its last intact record.)
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import numpy as np
 
 from megahour.atomicio import atomic_write_bytes
 from megahour.episodes import mcapio, sim
+from megahour.episodes.source import LocalSource
 
 LABELS_METADATA = mcapio.EPISODE_METADATA
 LABEL_KEYS = ("robot", "embodiment", "task", "site", "operator")
@@ -78,14 +80,21 @@ def write_landing(
         mcapio.write_episode(path, recording.topics, chunks, metadata, mode=LANDED_MODE)
         broken = i >= count - corrupt
         if broken:
-            _truncate(path)
+            _damage_a_chunk(path)
         landed.append(LandedEpisode(config.resolved_episode_id, str(path), path.stat().st_size, broken))
         if progress:
             progress(i + 1, count)
     return landed
 
 
-def _truncate(path: Path) -> None:
-    """Cut the file to 60 % (an interrupted upload), through a rename so no reader sees it mid-cut."""
-    data = path.read_bytes()
-    atomic_write_bytes(path, data[: int(len(data) * 0.6)], mode=LANDED_MODE)
+def _damage_a_chunk(path: Path) -> None:
+    """Overwrite 64 bytes of the middle chunk's compressed records, through a rename so no reader sees
+    it half-written: the chunk no longer decodes, and the file still ends as a whole MCAP file does."""
+    data = bytearray(path.read_bytes())
+    with LocalSource(path) as source:
+        chunks = sorted(mcapio.open_index(source).chunk_indexes, key=lambda c: c.chunk_start_offset)
+    chunk = chunks[len(chunks) // 2]
+    # record header, start and end times, uncompressed size, CRC, compression name, records length
+    records = chunk.chunk_start_offset + 9 + 8 + 8 + 8 + 4 + 4 + len(chunk.compression) + 8
+    data[records : records + 64] = b"\xff" * 64
+    atomic_write_bytes(path, bytes(data), mode=LANDED_MODE)

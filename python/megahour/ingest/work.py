@@ -26,7 +26,7 @@ from pathlib import Path
 from megahour.atomicio import atomic_write_bytes, atomic_write_text, discard_temps
 from megahour.curation import episodes_table, schema
 from megahour.curation.warehouse import Warehouse, open_warehouse
-from megahour.episodes import mcapio
+from megahour.episodes import mcapio, mcapscan
 from megahour.episodes.errors import EpisodeError
 from megahour.episodes.layout import read_pattern
 from megahour.episodes.source import LocalSource
@@ -214,10 +214,13 @@ def _batch_files(ctx: StepContext, batch: int) -> list[str]:
 
 
 def raw_info(path: str, index: mcapio.EpisodeIndex | None = None) -> dict:
-    """Labels and times of a raw episode, from its summary section (cheap: no chunk is read)."""
+    """Labels and times of a raw episode, from its summary section (cheap: no chunk is read).
+
+    A recording without a usable summary (written unindexed, or cut short by a crash) is scanned whole.
+    """
     if index is None:
         with LocalSource(path) as source:
-            index = mcapio.open_index(source)
+            index = mcapio.open_index(source, scan_unindexed=True)
     labels = dict(index.metadata.get(LABELS_METADATA) or {})
     missing = [k for k in LABEL_KEYS if not labels.get(k)]
     if missing:
@@ -247,9 +250,9 @@ def check_raw(path: str) -> dict:
     from megahour.episodes import schemas
 
     with LocalSource(path) as source:
-        index = mcapio.open_index(source)  # once: the labels and the full read both use it
-        info = raw_info(path, index)
-        recording = mcapio.read_recording(source, index)
+        scan = mcapscan.scan(source)  # once: the labels and the messages both come from it
+    info = raw_info(path, mcapio.index_from_scan(scan))
+    recording = mcapio.recording_from_scan(scan)
     cameras = recording.cameras()
     if not cameras:
         raise EpisodeError(path, "no camera topic", fix="record at least one camera")
@@ -259,6 +262,8 @@ def check_raw(path: str) -> dict:
             raise EpisodeError(path, "camera topic has no frames", topic=camera.topic, fix="re-record it")
         Image.open(io.BytesIO(schemas.decode_payload(camera.schema, frames[0].data))).load()
     info["messages"] = sum(len(m) for m in recording.messages.values())
+    if recording.warnings:
+        info["warnings"] = recording.warnings
     return info
 
 
@@ -286,6 +291,8 @@ def validate(ctx: StepContext, batch: int) -> dict:
     for path in _batch_files(ctx, batch):
         try:
             ok.append(check_raw(path))
+            for warning in ok[-1].get("warnings", []):
+                ctx.log(f"validate {path}: {warning}")
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
             bad.append(_quarantine(ctx, path, Path(path).stem, _reason(exc)))

@@ -5,34 +5,11 @@
 //
 // Usage: node read_mcap.mjs FILE.mcap
 //
-// The npm packages (package.json / package-lock.json next to this script) are installed outside the
-// source tree, by default in <repo>/.cache/ts-mcap; MEGAHOUR_TS_MCAP_MODULES overrides that folder.
+// The npm packages are loaded by load_npm.mjs.
 
 import { open } from "node:fs/promises";
-import { createRequire } from "node:module";
-import { dirname, join, resolve } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
 
-const here = dirname(fileURLToPath(import.meta.url));
-const modulesDir = resolve(process.env.MEGAHOUR_TS_MCAP_MODULES ?? join(here, "..", "..", "..", ".cache", "ts-mcap"));
-
-function fail(message) {
-  process.stderr.write(`read_mcap.mjs: ${message}\n`);
-  process.exit(1);
-}
-
-async function load(name) {
-  const require = createRequire(join(modulesDir, "package.json"));
-  let entry;
-  try {
-    entry = require.resolve(name);
-  } catch {
-    fail(`cannot find the npm package ${name} under ${modulesDir}; run "npm ci --prefix ${modulesDir}" with tests/episodes/ts/package.json and package-lock.json copied there`);
-  }
-  const mod = await import(pathToFileURL(entry).href);
-  // require.resolve picks the CommonJS entry; imported from ESM, its module.exports is `default`.
-  return { ...(mod.default ?? {}), ...mod };
-}
+import { fail, load, modulesDir } from "./load_npm.mjs";
 
 // IReadable over a file: size() and read(offset, length), both bigint, as @mcap/core expects.
 class FileReadable {
