@@ -33,7 +33,8 @@ ALLOWED: dict[str, set[str]] = {
     "run": {"atomicio", "job_contract", "slurm"},
     "curation": {"atomicio", "episodes"},
     "delivery": {"atomicio", "curation", "episodes"},
-    "ingest": {"atomicio", "curation", "episodes", "slurm"},
+    "robotlogs": {"episodes"},
+    "ingest": {"atomicio", "curation", "episodes", "robotlogs", "slurm"},
     "train": {"atomicio", "job_contract", "curation", "delivery", "episodes", "metrics", "slurm"},
 }
 

@@ -17,6 +17,7 @@ AREAS = (
     "run",
     "sweep",
     "episodes",
+    "robotlogs",
     "curation",
     "delivery",
     "ingest",

@@ -1,0 +1,87 @@
+"""`megahour robotlogs convert`: a ROS 2 MCAP recording, a ROS 1 bag or an HDF5 episode into a raw episode.
+
+mcap-ros2-support, rosbags and h5py (the robotlogs extra) are imported by the readers that use them only.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from megahour import cliutil
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+FAILED = "an error: the message names the file, the mapping key or the topic, and the fix"
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    from megahour.episodes.errors import EpisodeError
+    from megahour.robotlogs.mapping import MappingError
+
+    return (EpisodeError, MappingError, ImportError)
+
+
+def register(subparsers: cliutil.Subparsers) -> None:
+    group = cliutil.add_group(
+        subparsers,
+        "robotlogs",
+        help="robot logs (ROS 2 MCAP, ROS 1 bags, HDF5) into raw episodes",
+        errors=errors,
+    )
+    p = cliutil.add_command(
+        group,
+        "convert",
+        _cmd_convert,
+        help="convert one recording into megahour's raw episode, with the robot's mapping file",
+        exits={
+            0: "the raw episode is written (the report lists dropped, mis-ordered and repeated frames)",
+            1: FAILED,
+        },
+    )
+    p.add_argument("recording", help="the recording: a .mcap (ROS 2), a .bag (ROS 1) or an .hdf5/.h5 episode")
+    p.add_argument("output", help="the raw episode to write (.mcap)")
+    p.add_argument("--mapping", required=True, help="the robot's mapping file (docs/ingest.md)")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an episode label (robot, embodiment, task, site, operator); wins over the mapping's labels",
+    )
+    p.add_argument("--episode-id", help="the episode id (default: the recording's file name without suffix)")
+    cliutil.add_json_flag(p)
+
+
+def _labels(pairs: list[str]) -> dict[str, str]:
+    labels = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--label {pair!r} is not KEY=VALUE; write e.g. --label robot=arm-07")
+        labels[key] = value
+    return labels
+
+
+def _cmd_convert(args: argparse.Namespace, console: Console) -> int:
+    from megahour.robotlogs.formats import convert_file
+    from megahour.robotlogs.mapping import load_mapping
+
+    cliutil.refuse_directory(args.recording, "a recording file")
+    mapping = load_mapping(args.mapping)
+    report = convert_file(
+        Path(args.recording), Path(args.output), mapping, _labels(args.label), args.episode_id
+    )
+    for line in report.warnings + report.problems():
+        cliutil.print_error(f"{args.recording}: {line}", "warning:")
+    frames = sum(t.messages for t in report.topics if t.topic.startswith("/camera/"))
+    cliutil.emit(
+        args,
+        console,
+        report.to_dict(),
+        f"wrote {report.output} from {report.format} {args.recording}: {len(report.topics)} topics, "
+        f"{frames} camera frames, {report.seconds:.1f} s",
+    )
+    return 0

@@ -1,0 +1,79 @@
+"""Which robot-log format a file is (by its first bytes, and an MCAP file by its profile), and its reader."""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from megahour.episodes import mcapscan
+from megahour.episodes.errors import EpisodeError
+from megahour.robotlogs import hdf5, ros1, ros2
+from megahour.robotlogs.convert import ConversionReport, Streams, write_converted
+from megahour.robotlogs.mapping import RobotMapping
+
+MEGAHOUR_MCAP = "mcap"  # already megahour's raw form (foxglove protobuf): nothing to convert
+FORMATS = (ros2.FORMAT, ros1.FORMAT, hdf5.FORMAT)
+SUFFIXES = (".mcap", ".bag", ".hdf5", ".h5")
+READERS: dict[str, Callable[[str | Path, RobotMapping], Streams]] = {
+    ros2.FORMAT: ros2.read_streams,
+    ros1.FORMAT: ros1.read_streams,
+    hdf5.FORMAT: hdf5.read_streams,
+}
+
+
+def _mcap_profile(head: bytes) -> str | None:
+    """The Header record's profile, when ``head`` holds it."""
+    at = len(mcapscan.MAGIC)
+    if len(head) < at + 13 or head[at] != mcapscan.OP_HEADER:
+        return None
+    (length,) = struct.unpack_from("<I", head, at + 9)
+    return head[at + 13 : at + 13 + length].decode(errors="replace")
+
+
+def detect(path: str | Path) -> str:
+    """``ros2-mcap``, ``ros1-bag``, ``hdf5`` or ``mcap`` (megahour's own form); EpisodeError otherwise."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(mcapscan.MAGIC):
+        profile = _mcap_profile(head)
+        if profile == "ros2":
+            return ros2.FORMAT
+        if profile == "ros1":
+            raise EpisodeError(
+                str(path),
+                "a ROS 1 recording in MCAP is not converted yet",
+                fix="record a ROS 1 bag (rosbag record), or convert it with `mcap convert`",
+            )
+        return MEGAHOUR_MCAP
+    if head.startswith(ros1.MAGIC):
+        return ros1.FORMAT
+    if head.startswith(hdf5.MAGIC):
+        return hdf5.FORMAT
+    raise EpisodeError(
+        str(path),
+        "is not a format megahour reads (MCAP, ROS 1 bag 2.0 or HDF5)",
+        offset=0,
+        fix="convert it to one of them first",
+    )
+
+
+def convert_file(
+    path: str | Path,
+    out_path: str | Path,
+    mapping: RobotMapping,
+    labels: dict[str, str] | None = None,
+    episode_id: str | None = None,
+) -> ConversionReport:
+    """Convert one recording into a raw episode at ``out_path``."""
+    began = time.perf_counter()
+    kind = detect(path)
+    if kind == MEGAHOUR_MCAP:
+        raise EpisodeError(
+            str(path),
+            "is an MCAP file without the ros2 profile: it is read as megahour's raw form, not converted",
+            fix="ingest it as it is; record ROS 2 topics with `ros2 bag record -s mcap`",
+        )
+    streams = READERS[kind](path, mapping)
+    return write_converted(streams, mapping, out_path, labels, episode_id, began)

@@ -1,0 +1,227 @@
+"""Each robot-log format, written by its own tooling (tests/robotlogs/writers.py), converts into a raw
+episode that megahour's reader and ingestion's checks read back, with dropped and mis-ordered frames
+reported per episode."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from megahour.episodes import mcapio, schemas
+from megahour.episodes.errors import EpisodeError, MissingTopicError
+from megahour.episodes.source import LocalSource
+from megahour.ingest.work import check_raw
+from megahour.robotlogs.formats import MEGAHOUR_MCAP, convert_file, detect
+from megahour.robotlogs.mapping import MappingError, load_mapping, parse_mapping
+from tests.conftest import tool
+from tests.robotlogs import writers
+
+ROS_WRITERS = {
+    "ros2-mcap_ros2": (writers.write_ros2_mcap, "rec.mcap", "ros2-mcap"),
+    "ros2-rosbags": (writers.write_rosbag2_mcap, "bag2", "ros2-mcap"),
+    "ros1-rosbags": (writers.write_ros1_bag, "rec.bag", "ros1-bag"),
+}
+
+
+def read_back(path: Path):
+    with LocalSource(path) as source:
+        return mcapio.read_recording(source), mcapio.open_index(source)
+
+
+@pytest.mark.parametrize("writer", sorted(ROS_WRITERS))
+def test_ros_recordings_convert_read_back_and_report_their_faults(writer, tmp_path) -> None:
+    write, name, kind = ROS_WRITERS[writer]
+    recording_path = write(tmp_path / name)
+    assert detect(recording_path) == kind
+    out = tmp_path / "raw.mcap"
+    report = convert_file(recording_path, out, parse_mapping(writers.MAPPING), episode_id="ep-1")
+
+    assert report.format == kind and report.episode_id == "ep-1"
+    assert report.problems() == [
+        "/camera/front (/front/image_raw/compressed): 1 dropped frames",
+        "/camera/wrist (/wrist/image_raw): 1 dropped frames",
+        "/joint_states (/joint_states): 1 mis-ordered stamps (put in order)",
+    ]
+    recording, index = read_back(out)
+    cameras = writers.camera_times()
+    assert [m.log_time for m in recording.messages["/camera/front"]] == cameras
+    assert [m.log_time for m in recording.messages["/camera/wrist"]] == cameras
+    # header stamps, in order: the swapped pair is put back
+    states = recording.messages["/joint_states"]
+    assert [m.log_time for m in states] == sorted(writers.joint_times_in_file_order())
+    for message in states:
+        row = schemas.decode_joints(message.data)
+        assert row[:3].tolist() == writers.position(message.log_time)
+    assert schemas.joint_names(states[0].data) == list(writers.JOINTS)
+    action = schemas.decode_joints(recording.messages["/action"][3].data)[:3]
+    assert np.allclose(action, np.asarray(writers.position(writers.T0 + 3 * writers.JOINT_PERIOD)) + 0.5)
+    # JPEG passes through untouched; the raw bgr8 camera comes out as the same picture
+    front = schemas.decode_payload("foxglove.CompressedImage", recording.messages["/camera/front"][0].data)
+    assert front == writers.jpeg(0)
+    assert recording.topics["/camera/wrist"].width == writers.W
+    assert index.metadata[mcapio.EPISODE_METADATA] == {"episode_id": "ep-1", **writers.MAPPING["labels"]}
+    assert check_raw(str(out))["messages"] == 2 * len(cameras) + 2 * writers.STEPS
+
+
+@pytest.mark.parametrize("compressed", [False, True], ids=["raw-images", "padded-jpeg"])
+def test_aloha_hdf5_episodes_convert_and_read_back(compressed, tmp_path) -> None:
+    path = writers.write_aloha_hdf5(tmp_path / "episode_0.hdf5", compressed=compressed)
+    assert detect(path) == "hdf5"
+    out = tmp_path / "raw.mcap"
+    report = convert_file(path, out, parse_mapping(writers.HDF5_MAPPING))
+    assert report.problems() == [] and report.episode_id == "episode_0"
+    recording, _ = read_back(out)
+    assert {t: len(m) for t, m in recording.messages.items()} == dict.fromkeys(
+        ["/action", "/camera/high", "/camera/wrist", "/joint_states"], writers.STEPS
+    )
+    # rate_hz 20 spaces the steps 50 ms apart
+    assert (
+        recording.messages["/joint_states"][1].log_time - recording.messages["/joint_states"][0].log_time
+        == 50_000_000
+    )
+    assert recording.topics["/camera/high"].height == writers.H
+    assert check_raw(str(out))["episode_id"] == "episode_0"
+
+
+def test_hdf5_timestamps_with_a_gap_and_a_swap_are_reported(tmp_path) -> None:
+    path = writers.write_aloha_hdf5(tmp_path / "episode_1.hdf5", timestamps=True)
+    mapping = parse_mapping({**writers.HDF5_MAPPING, "timestamps": "/timestamps", "rate_hz": None})
+    report = convert_file(path, tmp_path / "raw.mcap", mapping)
+    by_topic = {t.topic: (t.dropped, t.reordered) for t in report.topics}
+    assert by_topic == dict.fromkeys(["/camera/high", "/camera/wrist", "/joint_states", "/action"], (1, 1))
+
+
+def test_an_hdf5_episode_without_rate_or_timestamps_names_the_fix(tmp_path) -> None:
+    path = writers.write_aloha_hdf5(tmp_path / "e.hdf5")
+    mapping = parse_mapping({**writers.HDF5_MAPPING, "rate_hz": None})
+    with pytest.raises(MappingError, match="has no timestamps; set rate_hz"):
+        convert_file(path, tmp_path / "raw.mcap", mapping)
+
+
+def test_a_mapped_topic_the_recording_lacks_names_what_it_has(tmp_path) -> None:
+    path = writers.write_ros1_bag(tmp_path / "rec.bag")
+    mapping = parse_mapping({**writers.MAPPING, "gripper": "/gripper/joint_states"})
+    with pytest.raises(
+        MissingTopicError, match=r"mapped topic /gripper/joint_states is not in the bag \(it has /arm"
+    ):
+        convert_file(path, tmp_path / "raw.mcap", mapping)
+    assert not (tmp_path / "raw.mcap").exists()
+
+
+def test_a_topic_of_the_wrong_type_is_refused_before_decoding(tmp_path) -> None:
+    path = writers.write_ros2_mcap(tmp_path / "rec.mcap")
+    data = {k: v for k, v in writers.MAPPING.items() if k not in ("action", "action_joints")}
+    mapping = parse_mapping({**data, "cameras": {"front": "/arm/command"}})
+    with pytest.raises(
+        EpisodeError, match="std_msgs/msg/Float64MultiArray cannot be converted as camera front"
+    ):
+        convert_file(path, tmp_path / "raw.mcap", mapping)
+
+
+def test_a_cut_ros2_recording_converts_what_it_holds_and_warns(tmp_path) -> None:
+    path = writers.write_ros2_mcap(tmp_path / "rec.mcap", chunk_size=1024)
+    cut = tmp_path / "cut.mcap"
+    cut.write_bytes(path.read_bytes()[: int(path.stat().st_size * 0.4)])
+    report = convert_file(cut, tmp_path / "raw.mcap", parse_mapping(writers.MAPPING))
+    assert len(report.warnings) == 1 and report.warnings[0].startswith("recovered ")
+
+
+def test_missing_labels_are_named(tmp_path) -> None:
+    path = writers.write_ros1_bag(tmp_path / "rec.bag")
+    mapping = parse_mapping({k: v for k, v in writers.MAPPING.items() if k != "labels"})
+    with pytest.raises(EpisodeError, match="no robot, embodiment, task, site, operator label"):
+        convert_file(path, tmp_path / "raw.mcap", mapping)
+    report = convert_file(
+        path,
+        tmp_path / "raw.mcap",
+        mapping,
+        labels=dict.fromkeys(["robot", "embodiment", "task", "site", "operator"], "x"),
+    )
+    assert report.episode_id == "rec"
+
+
+def test_megahour_raw_mcap_and_unknown_files_are_told_apart(raw_episode_path, tmp_path) -> None:
+    assert detect(raw_episode_path) == MEGAHOUR_MCAP
+    other = tmp_path / "notes.txt"
+    other.write_text("hello")
+    with pytest.raises(EpisodeError, match="not a format megahour reads"):
+        detect(other)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"cameras": {"front": "/c"}}, "no joint_states"),
+        ({"joint_states": "/j"}, "no cameras"),
+        ({"cameras": {"Front": "/c"}, "joint_states": "/j"}, "camera name 'Front'"),
+        ({"cameras": {"f": "/c"}, "joint_states": "/j", "camras": 1}, "unknown key 'camras'"),
+        ({"cameras": {"f": "/c"}, "joint_states": "/j", "time": "wall"}, "time: 'wall'"),
+        ({"cameras": {"f": "/c"}, "joint_states": "/j", "joint_names": ["a", "a"]}, "names a joint twice"),
+        ([1, 2], "is not a YAML mapping"),
+        ({"cameras": {"f": "/j"}, "joint_states": "/j"}, "/j is mapped twice"),
+    ],
+)
+def test_mapping_errors_name_the_key_and_the_fix(data, message) -> None:
+    with pytest.raises(MappingError, match=message) as caught:
+        parse_mapping(data, "robot.yaml")
+    assert str(caught.value).startswith("robot.yaml: ") and "; " in str(caught.value)
+    assert "\n" not in str(caught.value)
+
+
+def test_mapping_files_that_do_not_parse_name_the_line(tmp_path) -> None:
+    bad = tmp_path / "robot.yaml"
+    bad.write_text("cameras:\n  front: /c\n joint_states: [\n")
+    with pytest.raises(MappingError, match=r"robot.yaml: not valid YAML at line \d+"):
+        load_mapping(bad)
+    with pytest.raises(MappingError, match="no such mapping file"):
+        load_mapping(tmp_path / "missing.yaml")
+
+
+def test_the_cli_converts_with_labels_and_prints_json(tmp_path) -> None:
+    bag = writers.write_ros1_bag(tmp_path / "rec.bag")
+    mapping = tmp_path / "robot.yaml"
+    mapping.write_text(yaml.safe_dump(writers.MAPPING))
+    out = tmp_path / "raw.mcap"
+    done = subprocess.run(
+        [
+            tool("megahour"),
+            "robotlogs",
+            "convert",
+            str(bag),
+            str(out),
+            "--mapping",
+            str(mapping),
+            "--label",
+            "task=sort",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["format"] == "ros1-bag" and len(result["problems"]) == 3
+    assert "warning:" in done.stderr and "1 dropped frames" in done.stderr
+    _, index = read_back(out)
+    assert index.metadata[mcapio.EPISODE_METADATA]["task"] == "sort"
+    bad = subprocess.run(
+        [
+            tool("megahour"),
+            "robotlogs",
+            "convert",
+            str(bag),
+            str(out),
+            "--mapping",
+            str(tmp_path / "none.yaml"),
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "no such mapping file" in bad.stderr
