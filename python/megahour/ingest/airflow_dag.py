@@ -116,6 +116,12 @@ def dag_params(config: IngestConfig) -> dict[str, Param]:
             minimum=1,
             description="Cap on parallel batches (the bin-packer may choose fewer).",
         ),
+        "robot_mapping": Param(
+            "",
+            type="string",
+            description="The robot mapping file for ROS bags, ROS 2 MCAP and HDF5 recordings; empty means "
+            "<name>.robot.yaml or robot.yaml beside each recording.",
+        ),
     }
 
 

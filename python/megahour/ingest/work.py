@@ -17,6 +17,7 @@ import io
 import itertools
 import json
 import re
+import shutil
 import time
 import urllib.parse
 from collections.abc import Callable
@@ -61,11 +62,28 @@ SAFE_EPISODE_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,199}$")
 
 Log = Callable[[str], None]
 # The keys a run's params may hold (the Airflow DAG's params; a test keeps the two in step).
-RUN_PARAMS = ("steps", "jitter_s", "fail_steps", "landing", "storage", "warehouse", "max_workers")
+RUN_PARAMS = (
+    "steps",
+    "jitter_s",
+    "fail_steps",
+    "landing",
+    "storage",
+    "warehouse",
+    "max_workers",
+    "robot_mapping",
+)
+# Recordings the landing zone takes: megahour's raw MCAP, ROS 2 MCAP, ROS 1 bags and HDF5 episodes.
+LANDING_SUFFIXES = (".mcap", ".bag", ".hdf5", ".h5")
+CONVERTED_DIR = "converted"
 
 
 class StepFailed(RuntimeError):
     """The step cannot finish; the message says why and what to do."""
+
+
+class ConfigFailed(StepFailed):
+    """The run's settings are wrong for a recording (no robot mapping, or one that lacks what it needs):
+    the step fails and nothing is quarantined, since the fix is the lab's, not the episode's."""
 
 
 class DrillFailure(StepFailed):
@@ -119,6 +137,7 @@ def normalize_params(params: dict | None, config: IngestConfig) -> dict:
         "storage": params.get("storage") or config.storage,
         "warehouse": params.get("warehouse") or "",
         "max_workers": int(params.get("max_workers") or config.max_workers),
+        "robot_mapping": params.get("robot_mapping") or "",
     }
 
 
@@ -169,8 +188,12 @@ def execute(
 
 
 def landing_files(landing: Path) -> list[Path]:
-    """The raw episodes in a landing zone, sorted; hidden files are uploads still in flight."""
-    return sorted(p for p in Path(landing).glob("*.mcap") if not p.name.startswith(".") and p.is_file())
+    """The recordings in a landing zone, sorted; hidden files are uploads still in flight."""
+    return sorted(
+        p
+        for p in Path(landing).iterdir()
+        if p.suffix.lower() in LANDING_SUFFIXES and not p.name.startswith(".") and p.is_file()
+    )
 
 
 def discover(ctx: StepContext) -> dict:
@@ -286,13 +309,71 @@ def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str) -> di
     return {"episode_id": episode_id, "source": path, "stored": kept.uri, "reason": reason}
 
 
+def mapping_for(recording: Path, param: str = "") -> Path:
+    """The robot mapping file for a recording: the run's ``robot_mapping`` param, else the first of
+    ``<name>.robot.yaml``, ``robot.yaml`` beside it. StepFailed (nothing is quarantined) when none exists:
+    the mapping is the lab's to write, not the episode's fault."""
+    if param:
+        chosen = Path(param)
+        if not chosen.is_file():
+            raise ConfigFailed(
+                f"robot_mapping {chosen} does not exist; write it (docs/ingest.md) or drop the param"
+            )
+        return chosen
+    for candidate in (recording.with_name(f"{recording.stem}.robot.yaml"), recording.with_name("robot.yaml")):
+        if candidate.is_file():
+            return candidate
+    raise ConfigFailed(
+        f"{recording}: no robot mapping ({recording.stem}.robot.yaml or robot.yaml beside it); write one "
+        "(docs/ingest.md, 'Bringing your own robot logs') or pass the robot_mapping param"
+    )
+
+
+def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
+    """The raw episode to read for ``path``: itself, or its conversion under staging/converted/ (made once;
+    a retry reuses it). The conversion report comes with a converted one."""
+    from megahour.robotlogs import formats
+    from megahour.robotlogs.mapping import MappingError, load_mapping
+
+    kind = formats.detect(path)
+    if kind == formats.MEGAHOUR_MCAP:
+        return path, None
+    out = ctx.run.staging / CONVERTED_DIR / f"{Path(path).stem}.mcap"
+    report_path = out.with_suffix(".json")
+    if out.exists() and report_path.exists():
+        return str(out), json.loads(report_path.read_text())
+    mapping_path = mapping_for(Path(path), ctx.params.get("robot_mapping", ""))
+    try:
+        mapping = load_mapping(mapping_path)
+    except MappingError as exc:
+        raise ConfigFailed(str(exc)) from None
+    out.parent.mkdir(parents=True, exist_ok=True)
+    discard_temps(out)
+    try:
+        report = formats.convert_file(path, out, mapping).to_dict()
+    except MappingError as exc:  # the mapping lacks what this recording needs: the lab's to fix
+        raise ConfigFailed(str(exc)) from None
+    report["mapping"] = str(mapping_path)
+    write_json(report_path, report)
+    return str(out), report
+
+
 def validate(ctx: StepContext, batch: int) -> dict:
     ok, bad = [], []
     for path in _batch_files(ctx, batch):
         try:
-            ok.append(check_raw(path))
+            raw, converted = as_raw(ctx, path)
+            info = check_raw(raw)
+            if converted is not None:
+                info["recording"] = path
+                info["conversion"] = {k: converted[k] for k in ("format", "problems", "warnings", "mapping")}
+                for problem in converted["problems"]:
+                    ctx.log(f"validate {path}: {problem}")
+            ok.append(info)
             for warning in ok[-1].get("warnings", []):
                 ctx.log(f"validate {path}: {warning}")
+        except ConfigFailed:
+            raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
             bad.append(_quarantine(ctx, path, Path(path).stem, _reason(exc)))
@@ -521,6 +602,7 @@ def summary(ctx: StepContext) -> dict:
     # Everything is in storage now: the staged copies would only double the run's disk use.
     for staged in ctx.run.staging.glob("*.mcap") if ctx.run.staging.is_dir() else ():
         staged.unlink()
+    shutil.rmtree(ctx.run.staging / CONVERTED_DIR, ignore_errors=True)
     return report
 
 

@@ -1,0 +1,111 @@
+"""A landing zone of robot logs as labs record them: a ROS 2 MCAP recording, a ROS 1 bag, an ALOHA HDF5
+episode (each written by its own tooling), a megahour raw episode and a corrupt file, ingested by the
+same steps the DAG runs."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import yaml
+
+from megahour.curation import episodes_table
+from megahour.ingest import quarantine, work
+from megahour.ingest.config import IngestConfig
+from megahour.ingest.landing import write_landing
+from megahour.ingest.runfiles import RunDir
+from tests.robotlogs import writers
+
+
+@pytest.fixture
+def mixed_landing(tmp_path, warehouse, monkeypatch):
+    monkeypatch.setenv("MEGAHOUR_WAREHOUSE", warehouse.url)
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    writers.write_ros2_mcap(landing / "ros2-ep.mcap")
+    writers.write_ros1_bag(landing / "ros1-ep.bag")
+    writers.write_aloha_hdf5(landing / "aloha-ep.hdf5", compressed=True)
+    (landing / "robot.yaml").write_text(yaml.safe_dump(writers.MAPPING))
+    (landing / "aloha-ep.robot.yaml").write_text(yaml.safe_dump(writers.HDF5_MAPPING))
+    sim = write_landing(tmp_path / "sim", 2, corrupt=1, seconds=0.5, seed=11)
+    for episode in sim:
+        shutil.copy(episode.path, landing)
+    config = IngestConfig(
+        landing=str(landing),
+        storage=str(tmp_path / "storage"),
+        runs=str(tmp_path / "runs"),
+        max_workers=2,
+        worker_overhead_s=0,
+    )
+    yield config, sim
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")
+
+
+def run_all(config, warehouse, run_dir, params=None):
+    logs: list[str] = []
+    work.execute(
+        "discover", run_dir, params=params or {}, config=config, log=logs.append, warehouse=warehouse
+    )
+    work.execute("plan", run_dir, config=config, log=logs.append, warehouse=warehouse)
+    for b in range(len(RunDir(run_dir).plan()["batches"])):
+        for step in ("validate", "transcode", "upload", "register", "previews", "qc"):
+            work.execute(step, run_dir, b, config=config, log=logs.append, warehouse=warehouse)
+    return work.execute("summary", run_dir, config=config, log=logs.append, warehouse=warehouse), logs
+
+
+def test_a_mixed_landing_zone_ingests_every_format_and_quarantines_the_corrupt_one(
+    mixed_landing, warehouse, tmp_path
+) -> None:
+    config, sim = mixed_landing
+    run_dir = tmp_path / "runs" / "r1"
+    summary, logs = run_all(config, warehouse, run_dir)
+    good_sim = next(e.episode_id for e in sim if not e.corrupt)
+    bad_sim = next(e.episode_id for e in sim if e.corrupt)
+    expected = sorted(["ros2-ep", "ros1-ep", "aloha-ep", good_sim])
+    assert summary["succeeded"] and summary["registered"] == 4
+    assert sorted(p.stem for p in (tmp_path / "storage" / "episodes").iterdir()) == expected
+    assert episodes_table.count(warehouse) == 4
+    assert list(quarantine.reasons(warehouse)) == [bad_sim]
+    # the dropped frame and the mis-ordered stamp of each ROS recording are in the run's log
+    assert sum("1 dropped frames" in line for line in logs) == 4  # two cameras, two ROS recordings
+    assert sum("mis-ordered stamps" in line for line in logs) == 2
+    validated = [
+        e
+        for b in range(len(RunDir(run_dir).plan()["batches"]))
+        for e in RunDir(run_dir).result("validate", b)["ok"]
+    ]
+    formats = sorted(e["conversion"]["format"] for e in validated if "conversion" in e)
+    assert formats == ["hdf5", "ros1-bag", "ros2-mcap"]
+    # converted copies are staging, gone once the run succeeded
+    assert not (RunDir(run_dir).staging / work.CONVERTED_DIR).exists()
+
+
+def test_a_recording_without_a_mapping_fails_the_step_and_quarantines_nothing(
+    mixed_landing, warehouse, tmp_path
+) -> None:
+    config, _ = mixed_landing
+    landing = tmp_path / "landing"
+    (landing / "robot.yaml").unlink()
+    run_dir = tmp_path / "runs" / "r2"
+    work.execute("discover", run_dir, params={"max_workers": 1}, config=config, warehouse=warehouse)
+    work.execute("plan", run_dir, config=config, warehouse=warehouse)
+    with pytest.raises(
+        work.StepFailed, match=r"ros1-ep.bag: no robot mapping \(ros1-ep.robot.yaml or robot.yaml"
+    ):
+        work.execute("validate", run_dir, 0, config=config, warehouse=warehouse)
+    # only the corrupt simulated episode (validated before the bag) is quarantined, no robot recording
+    assert all(key.startswith("land-") for key in quarantine.reasons(warehouse))
+    # the run's robot_mapping param names one file for every recording
+    (landing / "aloha-ep.hdf5").unlink()
+    (tmp_path / "arm.yaml").write_text(yaml.safe_dump(writers.MAPPING))
+    run_dir = tmp_path / "runs" / "r3"
+    params = {"max_workers": 1, "robot_mapping": str(tmp_path / "arm.yaml")}
+    work.execute("discover", run_dir, params=params, config=config, warehouse=warehouse)
+    work.execute("plan", run_dir, config=config, warehouse=warehouse)
+    result = work.execute("validate", run_dir, 0, config=config, warehouse=warehouse)
+    assert sorted(e["episode_id"] for e in result["ok"] if "conversion" in e) == ["ros1-ep", "ros2-ep"]
+    assert {e["conversion"]["mapping"] for e in result["ok"] if "conversion" in e} == {
+        str(tmp_path / "arm.yaml")
+    }
+    assert len(result["quarantined"]) == 1  # the corrupt simulated episode only
