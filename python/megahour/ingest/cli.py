@@ -101,7 +101,12 @@ def register(subparsers: cliutil.Subparsers) -> None:
     )
     p.add_argument("dest", help="the landing zone folder to write into")
     p.add_argument("--count", type=int, default=20, help="raw episodes to write")
-    p.add_argument("--corrupt", type=int, default=0, help="how many of them to cut short")
+    p.add_argument(
+        "--corrupt",
+        type=int,
+        default=0,
+        help="how many of them get a damaged chunk (quarantined by ingestion)",
+    )
     p.add_argument("--seconds", type=float, default=2.0, help="median episode length (lognormal spread)")
     p.add_argument("--seed", type=int, default=0, help="fixes the episodes")
     p.add_argument("--cameras", choices=["small", "default"], default="small", help="camera resolution set")
