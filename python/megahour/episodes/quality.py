@@ -14,6 +14,15 @@ def psnr(reference: np.ndarray, decoded: np.ndarray) -> float:
     return float("inf") if mse == 0 else float(10.0 * np.log10(255.0**2 / mse))
 
 
+def luma_psnr(reference: np.ndarray, decoded: np.ndarray) -> float:
+    """PSNR in dB of the BT.601 luma (the Y a JPEG stores, full range) of two RGB frames."""
+    if reference.shape != decoded.shape:
+        raise ValueError(f"shape mismatch: {reference.shape} vs {decoded.shape}")
+    diff = _luma(reference) - _luma(decoded)
+    mse = float(np.mean(diff * diff))
+    return float("inf") if mse == 0 else float(10.0 * np.log10(255.0**2 / mse))
+
+
 def _luma(rgb: np.ndarray) -> np.ndarray:
     rgb = rgb.astype(np.float64)
     return 0.299 * rgb[..., 0] + 0.587 * rgb[..., 1] + 0.114 * rgb[..., 2]

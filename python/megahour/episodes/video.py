@@ -3,6 +3,11 @@
 H.264 is written the way ``foxglove.CompressedVideo`` requires: Annex B, one frame per message, no
 B-frames, and an SPS/PPS in front of every IDR so that decoding can start at any keyframe. Keyframes
 fall exactly every ``gop`` frames (scene-cut detection off), so chunk boundaries can sit on them.
+
+Colour is kept as the recording has it. A camera's JPEG is full-range BT.601 YCbCr (JFIF); the encoder
+takes the JPEG's own YCbCr samples (no conversion through RGB and back), keeps the full range and the
+BT.601 matrix, and says so in the stream (the SPS's VUI), so the decoder converts to RGB exactly as a
+JPEG decoder would. Streams written before this (limited range, unsignalled) still decode as limited.
 """
 
 from __future__ import annotations
@@ -36,6 +41,52 @@ class H264Settings:
             raise ValueError(f"crf must be 0..51 (lower is better quality), got {self.crf}")
 
 
+# JFIF's YCbCr: full range, the BT.601 matrix. x264 names the matrix smpte170m (the same coefficients).
+FULL_RANGE = "JPEG"
+MATRIX = "ITU601"
+X264_COLOUR = "fullrange=on:colormatrix=smpte170m"
+
+
+def jpeg_yuv420(jpeg: bytes) -> av.VideoFrame | None:
+    """The JPEG's own YCbCr samples as a full-range yuv420p frame, without a trip through RGB.
+
+    Pillow's ``draft("YCbCr")`` makes libjpeg stop before its colour conversion. None for a JPEG that is
+    not three-channel YCbCr (greyscale, CMYK, Adobe RGB): those go through RGB.
+    """
+    with Image.open(io.BytesIO(jpeg)) as image:
+        if image.format != "JPEG" or image.mode != "RGB":
+            return None
+        image.draft("YCbCr", image.size)
+        if image.mode != "YCbCr":
+            return None
+        planes = np.asarray(image)
+    frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(planes.transpose(2, 0, 1)), format="yuv444p")
+    return _full_range_420(frame, src_range=FULL_RANGE)
+
+
+def _full_range_420(frame: av.VideoFrame, src_range: str | None) -> av.VideoFrame:
+    out = frame.reformat(
+        format="yuv420p",
+        src_colorspace=MATRIX,
+        dst_colorspace=MATRIX,
+        src_color_range=src_range,
+        dst_color_range=FULL_RANGE,
+    )
+    out.color_range = av.video.reformatter.ColorRange.JPEG
+    return out
+
+
+def _yuv420(source: np.ndarray | bytes) -> av.VideoFrame:
+    """One frame to encode: JPEG bytes (their YCbCr kept), or an RGB array [H, W, 3] (converted once)."""
+    if isinstance(source, bytes | bytearray | memoryview):
+        frame = jpeg_yuv420(bytes(source))
+        if frame is not None:
+            return frame
+        source = decode_jpeg(bytes(source))
+    rgb = av.VideoFrame.from_ndarray(np.ascontiguousarray(source), format="rgb24")
+    return _full_range_420(rgb, src_range=None)
+
+
 @dataclass(frozen=True)
 class EncodedFrame:
     data: bytes
@@ -43,24 +94,28 @@ class EncodedFrame:
 
 
 def encode_h264(
-    frames: Iterable[np.ndarray], settings: H264Settings, keyframes: set[int] | None = None
+    frames: Iterable[np.ndarray | bytes], settings: H264Settings, keyframes: set[int] | None = None
 ) -> list[EncodedFrame]:
-    """Encode RGB uint8 frames [H, W, 3]; returns one Annex B access unit per input frame.
+    """Encode frames, each JPEG bytes (preferred: their YCbCr is kept) or RGB uint8 [H, W, 3]; returns
+    one Annex B access unit per input frame, full range (see the module docstring).
 
     ``frames`` may be a generator: frames are encoded as they come, so a long episode never sits in
     memory decoded. ``keyframes`` forces IDR frames at those indices (and nowhere else), so that several
     cameras can share GOP boundaries in time; without it an IDR falls every ``settings.gop`` frames.
     """
     frames = iter(frames)
-    first = next(frames, None)
-    if first is None:
+    first_source = next(frames, None)
+    if first_source is None:
         return []
-    height, width = first.shape[:2]
+    first = _yuv420(first_source)
+    height, width = first.height, first.width
     if width % 2 or height % 2:
         raise ValueError(f"H.264 4:2:0 needs even frame sizes, got {width}x{height}; crop or pad the camera")
     ctx = av.CodecContext.create("libx264", "w")
     ctx.width, ctx.height = width, height
     ctx.pix_fmt = "yuv420p"
+    ctx.color_range = av.video.reformatter.ColorRange.JPEG
+    ctx.colorspace = av.video.reformatter.Colorspace.ITU601
     rate = Fraction(settings.rate_hz).limit_denominator(1001)
     ctx.time_base = 1 / rate
     ctx.framerate = rate
@@ -75,16 +130,15 @@ def encode_h264(
         "forced-idr": "1",
         "x264-params": (
             f"keyint={keyint}:min-keyint={min_keyint}:scenecut=0:bframes=0:open-gop=0:repeat-headers=1"
-            f":cabac={int(settings.cabac)}"
+            f":cabac={int(settings.cabac)}:{X264_COLOUR}"
         ),
     }
     out: list[EncodedFrame] = []
     count = 0
-    for index, rgb in enumerate(itertools.chain([first], frames)):
+    for index, frame in enumerate(itertools.chain([first], (_yuv420(f) for f in frames))):
         count += 1
-        frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24").reformat(
-            format="yuv420p"
-        )
+        if (frame.width, frame.height) != (width, height):
+            raise ValueError(f"frame {index} is {frame.width}x{frame.height}, the first {width}x{height}")
         frame.pts = index
         if keyframes is not None and index in keyframes:
             frame.pict_type = av.video.frame.PictureType.I
@@ -130,7 +184,9 @@ class H264Decoder:
             for frame in frames:
                 at = slot.get(index)
                 if at is not None:
-                    rgb = self._rgb.reformat(frame, format="rgb24")
+                    # The stream's own range: full for what encode_h264 writes, limited (unspecified) for
+                    # older episodes; PyAV would otherwise take every stream as limited.
+                    rgb = self._rgb.reformat(frame, format="rgb24", src_color_range=frame.color_range)
                     if out is None:
                         out = np.empty((len(wanted), rgb.height, rgb.width, 3), dtype=np.uint8)
                     out[at] = _rgb_view(rgb)
