@@ -20,7 +20,7 @@ from megahour.episodes.errors import (
     UnknownSchemaError,
 )
 from megahour.episodes.httpserve import RangeServer
-from megahour.episodes.model import Message, TopicSpec
+from megahour.episodes.model import Message, RawSchema, TopicSpec
 from megahour.episodes.reader import EpisodeReader
 from megahour.episodes.source import LocalSource
 from megahour.episodes.synthetic import synthetic_recording
@@ -265,21 +265,42 @@ def test_bad_timestamps_name_the_topic(tmp_path, kind: str) -> None:
     assert not (tmp_path / "out.mcap").exists()
 
 
-def test_unknown_schema_is_named(tmp_path) -> None:
-    from mcap.writer import Writer
+def test_topics_megahour_does_not_decode_travel_as_recorded(raw_episode, tmp_path) -> None:
+    """An IMU in CDR with its ros2msg schema: transcode carries it byte for byte into the 'other' group;
+    the sample reader reads the episode, and refuses only a spec that would decode the raw topic."""
+    from dataclasses import replace
 
-    path = tmp_path / "odd.mcap"
-    with open(path, "wb") as handle:
-        writer = Writer(handle)
-        writer.start()
-        schema = writer.register_schema("acme.Lidar", "jsonschema", b"{}")
-        channel = writer.register_channel("/lidar", "json", schema)
-        writer.add_message(channel, 1, b"{}", 1)
-        writer.finish()
-    with pytest.raises(
-        UnknownSchemaError, match=r"topic /lidar: schema 'acme.Lidar' is not one megahour decodes"
-    ):
-        transcode.transcode(path, tmp_path / "out.mcap")
+    _, recording, _ = raw_episode
+    imu = TopicSpec(
+        "/imu",
+        "raw",
+        100.0,
+        raw=RawSchema("sensor_msgs/msg/Imu", "ros2msg", b"std_msgs/Header header\n", "cdr"),
+    )
+    times = range(recording.start_ns, recording.end_ns, 10_000_000)
+    with_imu = replace(
+        recording,
+        topics={**recording.topics, "/imu": imu},
+        messages={**recording.messages, "/imu": [Message(t, t.to_bytes(8, "little") * 5) for t in times]},
+    )
+    source = tmp_path / "with-imu.mcap"
+    mcapio.write_raw(with_imu, source)
+    out = tmp_path / "out.mcap"
+    transcode.transcode(source, out)
+    with LocalSource(out) as src:
+        again = mcapio.read_recording(src)
+        groups = {g["name"]: g["topics"] for g in mcapio.open_index(src).layout()["groups"]}
+    assert again.topics["/imu"].raw == imu.raw and again.topics["/imu"].kind == "raw"
+    assert again.messages["/imu"] == with_imu.messages["/imu"]
+    assert groups["other"] == ["/imu"]
+    with EpisodeReader(out) as reader:
+        t = reader.start_ns + 2_500_000_000
+        assert reader.read_sample(layout.sample_spec("vla"), t).frames
+        spec = layout.SampleSpec("imu", series=(layout.SeriesWindow(("/imu",), 0.1, 0.0),))
+        with pytest.raises(
+            UnknownSchemaError, match=r"topic /imu: sample spec 'imu' would decode a raw topic"
+        ):
+            reader.read_sample(spec, t)
 
 
 def test_missing_topic_in_spec_and_in_require(tuned, raw_episode, tmp_path) -> None:

@@ -30,9 +30,23 @@ def test_default_groups_follow_read_pattern() -> None:
     assert resolved.topics_in("context") == ["/events"]
 
 
-def test_unassigned_topic_is_named_with_the_fix() -> None:
-    with pytest.raises(LayoutError, match=r"/imu is in no topic group; add it"):
-        layout.resolve_layout("vla", layout.DEFAULT_GROUPS, [*TOPICS, "/imu"])
+def test_topics_no_group_names_travel_in_the_other_group_written_last() -> None:
+    resolved = layout.resolve_layout("vla", layout.DEFAULT_GROUPS, [*TOPICS, "/imu", "/wrench"])
+    assert resolved.topics_in(layout.OTHER_GROUP) == ["/imu", "/wrench"]
+    assert [g.name for g in resolved.groups][-1] == layout.OTHER_GROUP
+    assert resolved.topics_in("proprio") == ["/action", "/gripper/state", "/joint_states"]
+    # without such topics the layout is exactly the declared one
+    assert [g.name for g in layout.resolve_layout("vla", layout.DEFAULT_GROUPS, TOPICS).groups] == [
+        "cameras",
+        "proprio",
+        "context",
+    ]
+
+
+def test_a_declared_group_named_other_cannot_take_the_unnamed_topics() -> None:
+    groups = (*layout.DEFAULT_GROUPS, TopicGroup(layout.OTHER_GROUP, ("/x",)))
+    with pytest.raises(LayoutError, match=r"/imu is in no topic group, and the group for such topics"):
+        layout.resolve_layout("vla", groups, [*TOPICS, "/imu"])
 
 
 def test_topic_in_two_groups_is_refused() -> None:

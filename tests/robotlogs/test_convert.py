@@ -65,7 +65,25 @@ def test_ros_recordings_convert_read_back_and_report_their_faults(writer, tmp_pa
     assert front == writers.jpeg(0)
     assert recording.topics["/camera/wrist"].width == writers.W
     assert index.metadata[mcapio.EPISODE_METADATA] == {"episode_id": "ep-1", **writers.MAPPING["labels"]}
-    assert check_raw(str(out))["messages"] == 2 * len(cameras) + 2 * writers.STEPS
+    assert check_raw(str(out))["messages"] == 2 * len(cameras) + 2 * writers.STEPS + writers.IMU_MESSAGES
+    # the IMU, which the mapping does not name, travels as it was recorded
+    imu = recording.topics["/imu"]
+    assert imu.kind == "raw" and imu.raw.name == "sensor_msgs/msg/Imu"
+    assert imu.raw.message_encoding == ("ros1" if kind == "ros1-bag" else "cdr")
+    assert len(recording.messages["/imu"]) == writers.IMU_MESSAGES
+    if kind == "ros2-mcap":
+        from mcap.records import Schema
+        from mcap_ros2.decoder import DecoderFactory
+
+        schema = Schema(id=1, name=imu.raw.name, encoding=imu.raw.encoding, data=imu.raw.data)
+        decode = DecoderFactory().decoder_for("cdr", schema)
+        assert decode(recording.messages["/imu"][3].data).angular_velocity.x == pytest.approx(0.3)
+    else:
+        from rosbags.typesys import Stores, get_typestore
+
+        store = get_typestore(Stores.ROS1_NOETIC)
+        message = store.deserialize_ros1(recording.messages["/imu"][3].data, "sensor_msgs/msg/Imu")
+        assert message.angular_velocity.x == pytest.approx(0.3)
 
 
 @pytest.mark.parametrize("compressed", [False, True], ids=["raw-images", "padded-jpeg"])

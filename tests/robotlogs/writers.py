@@ -24,6 +24,8 @@ DROPPED_FRAME = 4
 STEPS = 20
 SWAPPED = (6, 7)
 H, W = 24, 32
+IMU_PERIOD = 10_000_000
+IMU_MESSAGES = 90
 
 MAPPING = {
     "cameras": {"front": "/front/image_raw/compressed", "wrist": "/wrist/image_raw"},
@@ -109,6 +111,19 @@ def ros_messages(typestore, ros1: bool) -> list[tuple[str, str, int, object]]:
         layout = types["std_msgs/msg/MultiArrayLayout"](dim=[], data_offset=0)
         action = types["std_msgs/msg/Float64MultiArray"](layout=layout, data=np.asarray(position(t)) + 0.5)
         out.append(("/arm/command", "std_msgs/msg/Float64MultiArray", log_time + 100, action))
+    vector = types["geometry_msgs/msg/Vector3"]
+    for k in range(IMU_MESSAGES):  # an IMU the mapping does not name: it travels as recorded
+        t = T0 + k * IMU_PERIOD
+        imu = types["sensor_msgs/msg/Imu"](
+            header=head(t, "imu"),
+            orientation=types["geometry_msgs/msg/Quaternion"](x=0.0, y=0.0, z=0.0, w=1.0),
+            orientation_covariance=np.zeros(9),
+            angular_velocity=vector(x=0.1 * k, y=0.0, z=0.0),
+            angular_velocity_covariance=np.zeros(9),
+            linear_acceleration=vector(x=0.0, y=0.0, z=9.81),
+            linear_acceleration_covariance=np.zeros(9),
+        )
+        out.append(("/imu", "sensor_msgs/msg/Imu", t + 300, imu))
     return sorted(out, key=lambda m: m[2])
 
 

@@ -105,19 +105,29 @@ class Layout:
         return max(1, round(self.pattern.data_chunk_s * NS))
 
 
+# Topics that no declared group names (an IMU, forces, a custom message) travel together in this group,
+# written last; no topic is refused for want of a group.
+OTHER_GROUP = "other"
+
+
 def resolve_layout(pattern: str | ReadPattern, groups: Sequence[TopicGroup], topics: Iterable[str]) -> Layout:
-    """Assign every topic to exactly one group, or say which topic is wrong and how to fix it."""
+    """Assign every topic to exactly one group (those no group names to ``OTHER_GROUP``), or say which
+    topic is wrong and how to fix it."""
     pattern = read_pattern(pattern) if isinstance(pattern, str) else pattern
     names = [g.name for g in groups]
     if len(set(names)) != len(names):
         raise LayoutError(f"topic group names repeat: {names}; give each group its own name")
+    unmatched = tuple(sorted(t for t in topics if not any(g.matches(t) for g in groups)))
+    if unmatched:
+        if OTHER_GROUP in names:
+            raise LayoutError(
+                f"topic {unmatched[0]} is in no topic group, and the group for such topics, "
+                f"{OTHER_GROUP!r}, is taken by a declared group; rename that group or add a pattern for it"
+            )
+        groups = (*groups, TopicGroup(OTHER_GROUP, unmatched))
     group_of: dict[str, str] = {}
     for topic in sorted(topics):
         hits = [g.name for g in groups if g.matches(topic)]
-        if not hits:
-            raise LayoutError(
-                f"topic {topic} is in no topic group; add it (or a pattern for it) to a group's topics"
-            )
         if len(hits) > 1:
             raise LayoutError(
                 f"topic {topic} matches groups {hits}; a topic is read in one pattern, "

@@ -27,7 +27,7 @@ from megahour.episodes.errors import (
     TimestampOrderError,
     UnknownSchemaError,
 )
-from megahour.episodes.model import SCHEMA_FOR_KIND, Message, Recording, TopicSpec
+from megahour.episodes.model import SCHEMA_FOR_KIND, Message, RawSchema, Recording, TopicSpec
 from megahour.episodes.source import RangeSource
 
 FOOTER_SIZE = 1 + 8 + 8 + 8 + 4  # opcode, length, summary_start, summary_offset_start, summary_crc
@@ -62,17 +62,21 @@ class ChunkWriter:
             raise RuntimeError("mcap's Writer changed: per-chunk compression needs mcap==1.6.0")
         self._writer.start(profile="", library=LIBRARY)
         self._channels: dict[str, int] = {}
-        schema_ids: dict[str, int] = {}
+        schema_ids: dict[tuple[str, str, bytes], int] = {}
         for topic, spec in sorted(topics.items()):
-            if spec.schema not in schema_ids:
-                schema_ids[spec.schema] = self._writer.register_schema(
-                    spec.schema, schemas.SCHEMA_ENCODING, schemas.schema_data(spec.schema)
-                )
+            if spec.raw is not None:  # carried as recorded: its own schema and message encoding
+                key = (spec.raw.name, spec.raw.encoding, spec.raw.data)
+                message_encoding = spec.raw.message_encoding
+            else:
+                key = (spec.schema, schemas.SCHEMA_ENCODING, schemas.schema_data(spec.schema))
+                message_encoding = schemas.MESSAGE_ENCODING
+            if key not in schema_ids:
+                schema_ids[key] = self._writer.register_schema(*key) if key[0] else 0
             meta = {"kind": spec.kind, "rate_hz": repr(spec.rate_hz)}
             if spec.is_camera:
                 meta.update(width=str(spec.width), height=str(spec.height), frame_id=spec.frame_id)
             self._channels[topic] = self._writer.register_channel(
-                topic, schemas.MESSAGE_ENCODING, schema_ids[spec.schema], meta
+                topic, message_encoding, schema_ids[key], meta
             )
         self._sequence: dict[str, int] = {}
 
@@ -155,6 +159,14 @@ class ChannelInfo:
     topic: str
     schema: str
     metadata: dict[str, str]
+    # What a raw topic needs to be written again as it was recorded.
+    schema_encoding: str = ""
+    schema_data: bytes = b""
+    message_encoding: str = ""
+
+    @property
+    def decodable(self) -> bool:
+        return self.schema in schemas.MESSAGE_CLASSES
 
 
 @dataclass
@@ -212,15 +224,15 @@ def _no_summary(source: RangeSource, problem: str, offset: int | None = None) ->
 
 
 def open_index(
-    source: RangeSource, *, known_schemas: bool = True, scan_unindexed: bool = False
+    source: RangeSource, *, known_schemas: bool = False, scan_unindexed: bool = False
 ) -> EpisodeIndex:
     """Read the footer and summary (and megahour metadata) through ``source``.
 
     A file whose summary is missing or lacks what a reader needs (statistics, a chunk index per chunk, a
     channel per channel) raises SummaryMissing, or with ``scan_unindexed`` is scanned whole
     (:func:`index_from_scan`): reading it then costs the whole file, never fewer messages. Raises
-    CorruptEpisodeError for a damaged file and UnknownSchemaError for a channel whose schema megahour
-    cannot decode (when ``known_schemas``).
+    CorruptEpisodeError for a damaged file, and with ``known_schemas`` UnknownSchemaError for a channel
+    whose schema megahour cannot decode (without it, such a channel is a raw topic).
     """
     try:
         return _open_summary(source, known_schemas=known_schemas)
@@ -263,7 +275,13 @@ def _open_summary(source: RangeSource, *, known_schemas: bool) -> EpisodeIndex:
             elif isinstance(record, Channel):
                 schema = schemas_by_id.get(record.schema_id)
                 channels[record.topic] = ChannelInfo(
-                    record.id, record.topic, schema.name if schema else "", dict(record.metadata)
+                    record.id,
+                    record.topic,
+                    schema.name if schema else "",
+                    dict(record.metadata),
+                    schema.encoding if schema else "",
+                    schema.data if schema else b"",
+                    record.message_encoding,
                 )
             elif isinstance(record, ChunkIndex):
                 chunk_indexes.append(record)
@@ -344,13 +362,20 @@ def _scanned_channels(scan: mcapscan.Scan) -> dict[str, ChannelInfo]:
                 fix="megahour reads one channel per topic; convert the recording with megahour robotlogs "
                 "convert, which merges them",
             )
+        schema = scan.schemas.get(channel.schema_id)
         channels[channel.topic] = ChannelInfo(
-            channel.id, channel.topic, scan.schema_name(channel), dict(channel.metadata)
+            channel.id,
+            channel.topic,
+            schema.name if schema else "",
+            dict(channel.metadata),
+            schema.encoding if schema else "",
+            schema.data if schema else b"",
+            channel.message_encoding,
         )
     return channels
 
 
-def index_from_scan(scan: mcapscan.Scan, *, known_schemas: bool = True) -> EpisodeIndex:
+def index_from_scan(scan: mcapscan.Scan, *, known_schemas: bool = False) -> EpisodeIndex:
     """An index of a scanned file: its channels, metadata, time bounds and counts, but no chunk index."""
     channels = _scanned_channels(scan)
     if known_schemas:
@@ -432,8 +457,7 @@ def recording_from_scan(scan: mcapscan.Scan) -> Recording:
 
     Topic specs come from the channel metadata megahour writes, or are inferred (rate from timestamps).
     """
-    channels = _scanned_channels(scan)
-    _check_schemas(scan.name, channels)
+    channels = _scanned_channels(scan)  # a schema megahour does not decode makes a raw topic
     topic_of = {info.id: topic for topic, info in channels.items()}
     messages: dict[str, list[Message]] = {topic: [] for topic in channels}
     for message in scan.messages:
@@ -461,7 +485,10 @@ def recording_from_scan(scan: mcapscan.Scan) -> Recording:
 
 
 def _topic_spec(info: ChannelInfo, msgs: list[Message]) -> TopicSpec:
-    kind = KIND_FOR_SCHEMA[info.schema]
+    kind = KIND_FOR_SCHEMA.get(info.schema, "raw")
+    raw = None
+    if kind == "raw":
+        raw = RawSchema(info.schema, info.schema_encoding, info.schema_data, info.message_encoding)
     meta = info.metadata
     if "rate_hz" in meta:
         rate = float(meta["rate_hz"])
@@ -474,8 +501,9 @@ def _topic_spec(info: ChannelInfo, msgs: list[Message]) -> TopicSpec:
         kind=kind,  # type: ignore[arg-type]
         rate_hz=rate,
         frame_id=meta.get("frame_id", ""),
-        width=int(meta.get("width", 0)),
-        height=int(meta.get("height", 0)),
+        width=int(meta.get("width", 0)) if raw is None else 0,
+        height=int(meta.get("height", 0)) if raw is None else 0,
+        raw=raw,
     )
 
 

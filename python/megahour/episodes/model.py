@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-# What a topic carries decides how it is encoded, grouped and decoded.
-TopicKind = Literal["image", "video", "joints", "log"]
+# What a topic carries decides how it is encoded, grouped and decoded. "raw": a topic megahour does not
+# decode (an IMU, forces, a custom message), carried as it was recorded, with its own schema.
+TopicKind = Literal["image", "video", "joints", "log", "raw"]
 
 SCHEMA_FOR_KIND: dict[str, str] = {
     "image": "foxglove.CompressedImage",
@@ -17,8 +18,20 @@ SCHEMA_FOR_KIND: dict[str, str] = {
 
 
 @dataclass(frozen=True)
+class RawSchema:
+    """How a raw topic was recorded: its schema (name, encoding, definition) and message encoding.
+
+    An empty ``name`` is a channel recorded without a schema (MCAP's schema id 0)."""
+
+    name: str
+    encoding: str
+    data: bytes
+    message_encoding: str
+
+
+@dataclass(frozen=True)
 class TopicSpec:
-    """One recorded stream. ``width``/``height`` are set for cameras."""
+    """One recorded stream. ``width``/``height`` are set for cameras, ``raw`` for raw topics."""
 
     topic: str
     kind: TopicKind
@@ -26,10 +39,15 @@ class TopicSpec:
     frame_id: str = ""
     width: int = 0
     height: int = 0
+    raw: RawSchema | None = None
+
+    def __post_init__(self) -> None:
+        if (self.kind == "raw") != (self.raw is not None):
+            raise ValueError(f"{self.topic}: a raw topic needs its RawSchema, and only a raw topic has one")
 
     @property
     def schema(self) -> str:
-        return SCHEMA_FOR_KIND[self.kind]
+        return self.raw.name if self.raw is not None else SCHEMA_FOR_KIND[self.kind]
 
     @property
     def is_camera(self) -> bool:

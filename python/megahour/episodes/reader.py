@@ -18,7 +18,12 @@ import numpy as np
 
 from megahour.episodes import layout as plan
 from megahour.episodes import mcapio, schemas, video
-from megahour.episodes.errors import CorruptEpisodeError, MissingTopicError, SampleWindowError
+from megahour.episodes.errors import (
+    CorruptEpisodeError,
+    MissingTopicError,
+    SampleWindowError,
+    UnknownSchemaError,
+)
 from megahour.episodes.layout import ChunkRef, SampleSpec
 from megahour.episodes.model import ReadStats, Sample
 from megahour.episodes.source import RangeSource, open_source
@@ -127,6 +132,16 @@ class EpisodeReader:
                     f"sample spec {spec.name!r} needs a topic the episode lacks",
                     topic=topic,
                     fix=f"use a spec for the topics present: {', '.join(sorted(self.index.channels))}",
+                )
+            info = self.index.channels[topic]
+            if not info.decodable:
+                raise UnknownSchemaError(
+                    self.name,
+                    f"sample spec {spec.name!r} would decode a raw topic "
+                    f"(schema {info.schema or '(none)'!r})",
+                    topic=topic,
+                    fix="raw topics travel in the episode as recorded, but no sample spec decodes them yet; "
+                    "leave the topic out of the spec",
                 )
         rates = {t: self.rate_hz(t) for w in spec.frames for t in w.topics}
         before, after = spec.reach_ns(rates)

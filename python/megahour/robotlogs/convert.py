@@ -19,7 +19,7 @@ import numpy as np
 
 from megahour.episodes import mcapio, schemas
 from megahour.episodes.errors import EpisodeError, MissingTopicError
-from megahour.episodes.model import Message, Recording, TopicSpec
+from megahour.episodes.model import Message, RawSchema, Recording, TopicSpec
 from megahour.robotlogs.mapping import LABEL_KEYS, RobotMapping
 
 GAP_FACTOR = 1.5  # a gap over 1.5 median periods is a dropped frame (or several)
@@ -53,6 +53,9 @@ class Streams:
     joints: dict[str, list[JointSample]] = field(default_factory=dict)  # megahour topic -> samples
     labels: dict[str, str] = field(default_factory=dict)  # labels the file itself carries
     warnings: list[str] = field(default_factory=list)
+    # Recorded topics the mapping does not name, carried as they were recorded: topic -> (how it was
+    # recorded, its messages with their log times).
+    raw: dict[str, tuple[RawSchema, list[Message]]] = field(default_factory=dict)
 
 
 @dataclass
@@ -272,6 +275,16 @@ def build_recording(
         topics[topic] = TopicSpec(topic, "joints", rate, frame_id=topic.strip("/").split("/")[0])
         messages[topic] = encoded
         reports.append(TopicReport(topic, sources[topic], len(kept), rate, dropped, reordered, repeated))
+    for topic, (raw, msgs) in sorted(streams.raw.items()):
+        if topic in topics or not msgs:
+            continue
+        keep, reordered, repeated = _in_time_order([m.log_time for m in msgs])
+        kept = [msgs[i] for i in keep]
+        dropped, rate = _dropped_and_rate([m.log_time for m in kept])
+        topics[topic] = TopicSpec(topic, "raw", rate, raw=raw)
+        messages[topic] = kept
+        # Dropped messages of a topic recorded on change, not at a rate, would be noise: not counted.
+        reports.append(TopicReport(topic, topic, len(kept), rate, 0, reordered, repeated))
     times = [m.log_time for msgs in messages.values() for m in msgs]
     recording = Recording(
         episode_id=episode_id,

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from megahour.episodes.errors import CorruptEpisodeError
+from megahour.episodes.model import Message, RawSchema
 from megahour.robotlogs.convert import Streams
 from megahour.robotlogs.mapping import RobotMapping
 from megahour.robotlogs.rosmsg import Router
@@ -27,6 +28,16 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
             recorded = {c.topic for c in reader.connections}
             router.require(recorded, "bag")
             wanted = [c for c in reader.connections if router.wants(c.topic)]
+            # Every other topic travels as recorded: ROS 1 serialization, its message definition.
+            carried: dict[str, list[Message]] = {}
+            for connection in reader.connections:
+                if not router.wants(connection.topic) and connection.topic not in carried:
+                    carried[connection.topic] = []
+                    raw = RawSchema(connection.msgtype, "ros1msg", connection.msgdef.data.encode(), "ros1")
+                    streams.raw[connection.topic] = (raw, carried[connection.topic])
+            others = [c for c in reader.connections if c.topic in carried]
+            for connection, timestamp, raw_bytes in reader.messages(connections=others):
+                carried[connection.topic].append(Message(timestamp, bytes(raw_bytes)))
             for connection in wanted:
                 router.check_type(connection.topic, connection.msgtype)
                 if connection.msgtype not in typestore.types:

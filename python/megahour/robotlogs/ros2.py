@@ -13,6 +13,7 @@ from mcap.records import Schema
 
 from megahour.episodes import mcapscan
 from megahour.episodes.errors import EpisodeError
+from megahour.episodes.model import Message, RawSchema
 from megahour.episodes.source import LocalSource
 from megahour.robotlogs.convert import Streams
 from megahour.robotlogs.mapping import RobotMapping
@@ -33,8 +34,18 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
     router.require(recorded, "recording")
     factory = DecoderFactory()
     decoders = {}
+    carried: dict[int, list[Message]] = {}
     for channel in scan.channels.values():
         if not router.wants(channel.topic):
+            schema = scan.schemas.get(channel.schema_id)
+            raw = RawSchema(
+                schema.name if schema else "",
+                schema.encoding if schema else "",
+                schema.data if schema else b"",
+                channel.message_encoding,
+            )
+            carried[channel.id] = []
+            streams.raw[channel.topic] = (raw, carried[channel.id])
             continue
         schema = scan.schemas.get(channel.schema_id)
         msgtype = schema.name if schema else ""
@@ -55,6 +66,10 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
             )
         decoders[channel.id] = (channel.topic, msgtype, decoder)
     for message in scan.messages:
+        kept = carried.get(message.channel_id)
+        if kept is not None:
+            kept.append(Message(message.log_time, message.data))
+            continue
         target = decoders.get(message.channel_id)
         if target is not None:
             topic, msgtype, decode = target
