@@ -168,6 +168,20 @@ class ChannelInfo:
     def decodable(self) -> bool:
         return self.schema in schemas.MESSAGE_CLASSES
 
+    @classmethod
+    def of(cls, channel, schema) -> ChannelInfo:
+        """From an MCAP channel record and its schema record (None: a channel without a schema); mcap's
+        records and mcapscan's have the same fields."""
+        return cls(
+            channel.id,
+            channel.topic,
+            schema.name if schema else "",
+            dict(channel.metadata),
+            schema.encoding if schema else "",
+            schema.data if schema else b"",
+            channel.message_encoding,
+        )
+
 
 @dataclass
 class EpisodeIndex:
@@ -273,16 +287,7 @@ def _open_summary(source: RangeSource, *, known_schemas: bool) -> EpisodeIndex:
             if isinstance(record, Schema):
                 schemas_by_id[record.id] = record
             elif isinstance(record, Channel):
-                schema = schemas_by_id.get(record.schema_id)
-                channels[record.topic] = ChannelInfo(
-                    record.id,
-                    record.topic,
-                    schema.name if schema else "",
-                    dict(record.metadata),
-                    schema.encoding if schema else "",
-                    schema.data if schema else b"",
-                    record.message_encoding,
-                )
+                channels[record.topic] = ChannelInfo.of(record, schemas_by_id.get(record.schema_id))
             elif isinstance(record, ChunkIndex):
                 chunk_indexes.append(record)
             elif isinstance(record, Statistics):
@@ -362,16 +367,7 @@ def _scanned_channels(scan: mcapscan.Scan) -> dict[str, ChannelInfo]:
                 fix="megahour reads one channel per topic; convert the recording with megahour robotlogs "
                 "convert, which merges them",
             )
-        schema = scan.schemas.get(channel.schema_id)
-        channels[channel.topic] = ChannelInfo(
-            channel.id,
-            channel.topic,
-            schema.name if schema else "",
-            dict(channel.metadata),
-            schema.encoding if schema else "",
-            schema.data if schema else b"",
-            channel.message_encoding,
-        )
+        channels[channel.topic] = ChannelInfo.of(channel, scan.schemas.get(channel.schema_id))
     return channels
 
 

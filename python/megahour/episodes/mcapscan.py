@@ -232,19 +232,18 @@ class _Fields:
         return bytes(self._take(self.u64()))
 
     def text_map(self) -> dict[str, str]:
-        entries = _Fields(self._take(self.u32()))
-        out = {}
-        while entries.at < len(entries.body):
-            key = entries.text()
-            out[key] = entries.text()
-        return out
+        return self._map(_Fields.text, _Fields.text)
 
     def count_map(self) -> dict[int, int]:
+        return self._map(_Fields.u16, _Fields.u64)
+
+    def _map(self, key, value) -> dict:
+        """A map field: its byte length, then key-value pairs until that length is used up."""
         entries = _Fields(self._take(self.u32()))
         out = {}
         while entries.at < len(entries.body):
-            key = entries.u16()
-            out[key] = entries.u64()
+            k = key(entries)
+            out[k] = value(entries)
         return out
 
     def rest(self) -> bytes:

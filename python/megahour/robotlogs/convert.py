@@ -189,6 +189,13 @@ def _dropped_and_rate(times: list[int]) -> tuple[int, float]:
     return dropped, 1e9 / period
 
 
+def _ordered(items: list, times: list[int]) -> tuple[list, int, float, int, int]:
+    """``items`` in time order without repeated stamps: (kept, dropped, rate Hz, reordered, repeated)."""
+    keep, reordered, repeated = _in_time_order(times)
+    dropped, rate = _dropped_and_rate([times[i] for i in keep])
+    return [items[i] for i in keep], dropped, rate, reordered, repeated
+
+
 def _select_joints(
     source: str, topic: str, sample: JointSample, wanted: tuple[str, ...]
 ) -> tuple[list[float], list[float] | None, list[float] | None]:
@@ -241,9 +248,7 @@ def build_recording(
                 topic=sources[topic],
                 fix="check the topic name in the robot's mapping file, or that the camera was recording",
             )
-        keep, reordered, repeated = _in_time_order([f.t_ns for f in frames])
-        kept = [frames[i] for i in keep]
-        dropped, rate = _dropped_and_rate([f.t_ns for f in kept])
+        kept, dropped, rate, reordered, repeated = _ordered(frames, [f.t_ns for f in frames])
         width, height = _image_size(kept[0].jpeg)
         topics[topic] = TopicSpec(topic, "image", rate, frame_id=name, width=width, height=height)
         messages[topic] = [Message(f.t_ns, schemas.encode_image(f.t_ns, name, f.jpeg)) for f in kept]
@@ -262,9 +267,7 @@ def build_recording(
         wanted = mapping.action_joints if topic == "/action" else mapping.joint_names
         if topic == "/gripper/state":
             wanted = ()
-        keep, reordered, repeated = _in_time_order([s.t_ns for s in samples])
-        kept = [samples[i] for i in keep]
-        dropped, rate = _dropped_and_rate([s.t_ns for s in kept])
+        kept, dropped, rate, reordered, repeated = _ordered(samples, [s.t_ns for s in samples])
         encoded = []
         for sample in kept:
             position, velocity, effort = _select_joints(streams.source, sources[topic], sample, wanted)
@@ -278,9 +281,7 @@ def build_recording(
     for topic, (raw, msgs) in sorted(streams.raw.items()):
         if topic in topics or not msgs:
             continue
-        keep, reordered, repeated = _in_time_order([m.log_time for m in msgs])
-        kept = [msgs[i] for i in keep]
-        dropped, rate = _dropped_and_rate([m.log_time for m in kept])
+        kept, _, rate, reordered, repeated = _ordered(msgs, [m.log_time for m in msgs])
         topics[topic] = TopicSpec(topic, "raw", rate, raw=raw)
         messages[topic] = kept
         # Dropped messages of a topic recorded on change, not at a rate, would be noise: not counted.
