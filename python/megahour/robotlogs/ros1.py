@@ -36,7 +36,8 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
                     raw = RawSchema(connection.msgtype, "ros1msg", connection.msgdef.data.encode(), "ros1")
                     streams.raw[connection.topic] = (raw, carried[connection.topic])
             others = [c for c in reader.connections if c.topic in carried]
-            for connection, timestamp, raw_bytes in reader.messages(connections=others):
+            # rosbags reads every connection when given none: only ask when something is carried.
+            for connection, timestamp, raw_bytes in reader.messages(connections=others) if others else ():
                 carried[connection.topic].append(Message(timestamp, bytes(raw_bytes)))
             for connection in wanted:
                 router.check_type(connection.topic, connection.msgtype)
