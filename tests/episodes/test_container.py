@@ -277,11 +277,20 @@ def test_topics_megahour_does_not_decode_travel_as_recorded(raw_episode, tmp_pat
         100.0,
         raw=RawSchema("sensor_msgs/msg/Imu", "ros2msg", b"std_msgs/Header header\n", "cdr"),
     )
+    # A foxglove name in JSON is not the protobuf message megahour decodes; a glob character in a
+    # topic name must not make it a pattern of the 'other' group.
+    wrench = TopicSpec(
+        "/wrench[0]", "raw", 100.0, raw=RawSchema("foxglove.JointStates", "jsonschema", b"{}", "json")
+    )
     times = range(recording.start_ns, recording.end_ns, 10_000_000)
     with_imu = replace(
         recording,
-        topics={**recording.topics, "/imu": imu},
-        messages={**recording.messages, "/imu": [Message(t, t.to_bytes(8, "little") * 5) for t in times]},
+        topics={**recording.topics, "/imu": imu, "/wrench[0]": wrench},
+        messages={
+            **recording.messages,
+            "/imu": [Message(t, t.to_bytes(8, "little") * 5) for t in times],
+            "/wrench[0]": [Message(t, b'{"name": []}') for t in times],
+        },
     )
     source = tmp_path / "with-imu.mcap"
     mcapio.write_raw(with_imu, source)
@@ -292,7 +301,9 @@ def test_topics_megahour_does_not_decode_travel_as_recorded(raw_episode, tmp_pat
         groups = {g["name"]: g["topics"] for g in mcapio.open_index(src).layout()["groups"]}
     assert again.topics["/imu"].raw == imu.raw and again.topics["/imu"].kind == "raw"
     assert again.messages["/imu"] == with_imu.messages["/imu"]
-    assert groups["other"] == ["/imu"]
+    assert again.topics["/wrench[0]"].raw == wrench.raw and again.topics["/wrench[0]"].kind == "raw"
+    assert again.messages["/wrench[0]"] == with_imu.messages["/wrench[0]"]
+    assert groups["other"] == ["/imu", "/wrench[0]"]
     with EpisodeReader(out) as reader:
         t = reader.start_ns + 2_500_000_000
         assert reader.read_sample(layout.sample_spec("vla"), t).frames

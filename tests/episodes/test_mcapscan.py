@@ -279,6 +279,32 @@ def test_a_record_past_the_end_of_a_whole_file_is_damage_not_a_cut(tmp_path) -> 
         scanned(path)
 
 
+def test_a_short_footer_in_a_whole_file_is_damage(tmp_path) -> None:
+    path = tmp_path / "py.mcap"
+    write_with_python(path, {}, [(0, 1, b"x")])
+    data = path.read_bytes()
+    footer = len(data) - len(mcapscan.MAGIC) - 29
+    assert data[footer] == 0x02
+    short = data[: footer + 1] + struct.pack("<Q", 12) + data[footer + 9 : footer + 21] + mcapscan.MAGIC
+    path.write_bytes(short)
+    with pytest.raises(CorruptEpisodeError, match=r"the footer has 12 bytes, not 20"):
+        scanned(path)
+
+
+@pytest.mark.parametrize("compression", [CompressionType.ZSTD, CompressionType.LZ4])
+def test_a_chunk_that_claims_more_records_than_memory_holds_is_damage(tmp_path, compression) -> None:
+    path = tmp_path / "py.mcap"
+    write_with_python(path, {"compression": compression}, [(0, 1, b"x" * 100)])
+    data = bytearray(path.read_bytes())
+    pos = len(mcapscan.MAGIC)
+    while data[pos] != 0x06:  # walk to the first Chunk record
+        pos += 9 + struct.unpack_from("<Q", data, pos + 1)[0]
+    struct.pack_into("<Q", data, pos + 9 + 16, 2**62)  # uncompressed_size
+    path.write_bytes(bytes(data))
+    with pytest.raises(CorruptEpisodeError, match=r"chunk does not decode"):
+        scanned(path)
+
+
 def test_a_file_that_is_not_mcap_names_the_converter(tmp_path) -> None:
     path = tmp_path / "episode.bag"
     path.write_bytes(b"#ROSBAG V2.0\n" + b"\0" * 64)

@@ -114,3 +114,17 @@ def test_older_limited_range_streams_still_decode_as_limited() -> None:
     units = [bytes(p) for p in ctx.encode(frame)] + [bytes(p) for p in ctx.encode(None)]
     decoded = video.decode_h264_run(units)
     assert np.abs(decoded.astype(int) - flat.astype(int)).max() <= 3
+
+
+def test_a_jpeg_libjpeg_will_not_give_as_ycbcr_goes_through_rgb(monkeypatch) -> None:
+    """libjpeg refuses YCbCr output for some JPEGs (stored as RGB): the frame is converted, not lost."""
+    from PIL import JpegImagePlugin
+
+    def refuse(self, mode, size):
+        raise OSError("cannot convert colour space")
+
+    jpeg = _grey_ramp_jpeg()
+    assert video.jpeg_yuv420(jpeg) is not None
+    monkeypatch.setattr(JpegImagePlugin.JpegImageFile, "draft", refuse)
+    assert video.jpeg_yuv420(jpeg) is None
+    assert len(video.encode_h264([jpeg], video.H264Settings(gop=1))) == 1

@@ -109,3 +109,55 @@ def test_a_recording_without_a_mapping_fails_the_step_and_quarantines_nothing(
         str(tmp_path / "arm.yaml")
     }
     assert len(result["quarantined"]) == 1  # the corrupt simulated episode only
+
+
+def test_with_validate_off_recordings_still_convert_and_a_failed_one_is_kept_as_recorded(
+    mixed_landing, warehouse, tmp_path, monkeypatch
+) -> None:
+    """Transcode then reads each recording's conversion itself; a recording whose conversion fails in
+    transcode is quarantined as the lab recorded it (the .bag), not as megahour's staging copy."""
+    from megahour.episodes.errors import CorruptEpisodeError
+
+    config, sim = mixed_landing
+    real_transcode = work.transcode
+
+    def failing_for_the_bag(source, out, options):
+        if "ros1-ep" in str(source):
+            raise CorruptEpisodeError(str(source), "a frame does not decode", fix="re-record it")
+        return real_transcode(source, out, options)
+
+    monkeypatch.setattr(work, "transcode", failing_for_the_bag)
+    run_dir = tmp_path / "runs" / "no-validate"
+    summary, _ = run_all(config, warehouse, run_dir, params={"steps": {"validate": False}})
+    good_sim = next(e.episode_id for e in sim if not e.corrupt)
+    stored = sorted(p.stem for p in (tmp_path / "storage" / "episodes").iterdir())
+    assert stored == sorted(["ros2-ep", "aloha-ep", good_sim])
+    assert summary["registered"] == 3
+    quarantined = {row[0]: row[1] for row in _quarantine_rows(warehouse)}
+    assert quarantined["ros1-ep"] == str(tmp_path / "landing" / "ros1-ep.bag")
+    assert (tmp_path / "storage" / "quarantine" / "ros1-ep.bag").is_file()
+
+
+def _quarantine_rows(warehouse) -> list:
+    return warehouse.query_json(f"SELECT episode_id, source FROM megahour.{quarantine.TABLE} FINAL")["data"]
+
+
+def test_recordings_that_share_a_name_convert_separately(tmp_path) -> None:
+    """ep1.bag and ep1.h5 are two recordings: their conversions must not collide in staging."""
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    writers.write_ros1_bag(landing / "ep1.bag")
+    writers.write_aloha_hdf5(landing / "ep1.hdf5", compressed=True)
+    (landing / "ep1.robot.yaml").write_text(yaml.safe_dump(writers.MAPPING))
+    hdf5_mapping = tmp_path / "aloha.yaml"
+    hdf5_mapping.write_text(yaml.safe_dump(writers.HDF5_MAPPING))
+    config = IngestConfig(landing=str(landing), storage=str(tmp_path / "s"), runs=str(tmp_path / "runs"))
+    run = RunDir(tmp_path / "runs" / "r")
+    bag_ctx = work.StepContext(run, config, {"robot_mapping": ""}, log=lambda _: None)
+    h5_ctx = work.StepContext(run, config, {"robot_mapping": str(hdf5_mapping)}, log=lambda _: None)
+    bag_out, bag_report = work.as_raw(bag_ctx, str(landing / "ep1.bag"))
+    h5_out, h5_report = work.as_raw(h5_ctx, str(landing / "ep1.hdf5"))
+    assert bag_out != h5_out
+    assert (bag_report["format"], h5_report["format"]) == ("ros1-bag", "hdf5")
+    # a retry reuses each conversion
+    assert work.as_raw(bag_ctx, str(landing / "ep1.bag"))[1] == bag_report

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from megahour.episodes import mcapio, schemas
-from megahour.episodes.errors import EpisodeError, MissingTopicError
+from megahour.episodes.errors import CorruptEpisodeError, EpisodeError, MissingTopicError
 from megahour.episodes.source import LocalSource
 from megahour.ingest.work import check_raw
 from megahour.robotlogs.formats import MEGAHOUR_MCAP, convert_file, detect
@@ -135,8 +135,9 @@ def test_a_topic_of_the_wrong_type_is_refused_before_decoding(tmp_path) -> None:
     path = writers.write_ros2_mcap(tmp_path / "rec.mcap")
     data = {k: v for k, v in writers.MAPPING.items() if k not in ("action", "action_joints")}
     mapping = parse_mapping({**data, "cameras": {"front": "/arm/command"}})
+    # the mapping's mistake, not the recording's: ingestion fails the step instead of quarantining
     with pytest.raises(
-        EpisodeError, match="std_msgs/msg/Float64MultiArray cannot be converted as camera front"
+        MappingError, match="std_msgs/msg/Float64MultiArray cannot be converted as camera front"
     ):
         convert_file(path, tmp_path / "raw.mcap", mapping)
 
@@ -152,7 +153,7 @@ def test_a_cut_ros2_recording_converts_what_it_holds_and_warns(tmp_path) -> None
 def test_missing_labels_are_named(tmp_path) -> None:
     path = writers.write_ros1_bag(tmp_path / "rec.bag")
     mapping = parse_mapping({k: v for k, v in writers.MAPPING.items() if k != "labels"})
-    with pytest.raises(EpisodeError, match="no robot, embodiment, task, site, operator label"):
+    with pytest.raises(MappingError, match=r"no robot, embodiment, task, site, operator label \(set them"):
         convert_file(path, tmp_path / "raw.mcap", mapping)
     report = convert_file(
         path,
@@ -243,3 +244,84 @@ def test_the_cli_converts_with_labels_and_prints_json(tmp_path) -> None:
         check=False,
     )
     assert bad.returncode == 1 and bad.stderr.count("\n") == 1 and "no such mapping file" in bad.stderr
+
+
+# --- the mapping's mistakes fail as MappingError (the step fails; nothing is quarantined) -------------
+
+
+@pytest.mark.parametrize(
+    ("fmt", "change", "message"),
+    [
+        ("bag", {"joint_names": ["shoulder", "elbo"]}, "joint elbo is not in the message"),
+        ("bag", {"action_joints": ["shoulder", "elbow"]}, "the action has 3 values, action_joints names 2"),
+        ("hdf5", {"joint_names": ["a", "b"]}, "has 3 values per step, the mapping names 2"),
+    ],
+)
+def test_a_mapping_that_does_not_fit_the_recording_is_the_mappings_error(
+    fmt, change, message, tmp_path
+) -> None:
+    if fmt == "bag":
+        path, base = writers.write_ros1_bag(tmp_path / "rec.bag"), writers.MAPPING
+    else:
+        path, base = writers.write_aloha_hdf5(tmp_path / "rec.hdf5"), writers.HDF5_MAPPING
+    mapping = parse_mapping({**base, **change}, source="robot.yaml")
+    with pytest.raises(MappingError, match=rf"rec\.{fmt}.*{message}.* in robot\.yaml\)"):
+        convert_file(path, tmp_path / "raw.mcap", mapping)
+
+
+# --- recordings written by the official MCAP writer with the ROS 2 profile, shaped by hand ------------
+
+
+def write_ros2_by_hand(
+    path: Path, imu_channels: int = 1, imu_schema_names=("sensor_msgs/msg/Imu",), damage=None
+):
+    """Every message of writers.ros_messages through mcap's own Writer (ros2 profile, CDR). The IMU goes
+    out on ``imu_channels`` channels (round robin); ``damage(topic, k, cdr)`` may change a payload."""
+    from mcap.writer import Writer
+    from rosbags.typesys import Stores, get_typestore
+
+    typestore = get_typestore(Stores.ROS2_HUMBLE)
+    with path.open("wb") as f:
+        writer = Writer(f)
+        writer.start(profile="ros2", library="test")
+        schemas_by_type, channels, count = {}, {}, {}
+        for topic, msgtype, log_time, message in writers.ros_messages(typestore, ros1=False):
+            k = count[topic] = count.get(topic, -1) + 1
+            slot = k % imu_channels if topic == "/imu" else 0
+            if (topic, slot) not in channels:
+                name = imu_schema_names[slot % len(imu_schema_names)] if topic == "/imu" else msgtype
+                if name not in schemas_by_type:
+                    definition = typestore.generate_msgdef(msgtype, ros_version=2)[0]
+                    schemas_by_type[name] = writer.register_schema(name, "ros2msg", definition.encode())
+                channels[(topic, slot)] = writer.register_channel(topic, "cdr", schemas_by_type[name])
+            cdr = bytes(typestore.serialize_cdr(message, msgtype))
+            if damage:
+                cdr = damage(topic, k, cdr)
+            writer.add_message(channels[(topic, slot)], log_time, cdr, log_time)
+        writer.finish()
+    return path
+
+
+def test_a_message_that_does_not_decode_makes_the_recording_corrupt(tmp_path) -> None:
+    def cut_joint_state_3(topic, k, cdr):
+        return cdr[:12] if topic == "/joint_states" and k == 3 else cdr
+
+    path = write_ros2_by_hand(tmp_path / "rec.mcap", damage=cut_joint_state_3)
+    with pytest.raises(CorruptEpisodeError, match=r"rec\.mcap: a message does not decode"):
+        convert_file(path, tmp_path / "raw.mcap", parse_mapping(writers.MAPPING))
+    assert not (tmp_path / "raw.mcap").exists()
+
+
+def test_a_topic_on_two_channels_keeps_every_message_of_both(tmp_path) -> None:
+    path = write_ros2_by_hand(tmp_path / "rec.mcap", imu_channels=2)
+    convert_file(path, tmp_path / "raw.mcap", parse_mapping(writers.MAPPING))
+    recording, _ = read_back(tmp_path / "raw.mcap")
+    assert len(recording.messages["/imu"]) == writers.IMU_MESSAGES
+
+
+def test_a_topic_on_two_channels_with_different_schemas_is_refused(tmp_path) -> None:
+    path = write_ros2_by_hand(
+        tmp_path / "rec.mcap", imu_channels=2, imu_schema_names=("sensor_msgs/msg/Imu", "my_msgs/msg/Imu")
+    )
+    with pytest.raises(EpisodeError, match=r"topic /imu: is recorded on two channels with different schemas"):
+        convert_file(path, tmp_path / "raw.mcap", parse_mapping(writers.MAPPING))

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import fnmatch
+import glob
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -124,7 +125,8 @@ def resolve_layout(pattern: str | ReadPattern, groups: Sequence[TopicGroup], top
                 f"topic {unmatched[0]} is in no topic group, and the group for such topics, "
                 f"{OTHER_GROUP!r}, is taken by a declared group; rename that group or add a pattern for it"
             )
-        groups = (*groups, TopicGroup(OTHER_GROUP, unmatched))
+        # Escaped: the group's entries are patterns, and a topic such as /imu[0] must match only itself.
+        groups = (*groups, TopicGroup(OTHER_GROUP, tuple(glob.escape(t) for t in unmatched)))
     group_of: dict[str, str] = {}
     for topic in sorted(topics):
         hits = [g.name for g in groups if g.matches(topic)]

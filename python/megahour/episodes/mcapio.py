@@ -166,7 +166,13 @@ class ChannelInfo:
 
     @property
     def decodable(self) -> bool:
-        return self.schema in schemas.MESSAGE_CLASSES
+        """A foxglove message megahour decodes: the name alone is not enough, since foxglove publishes
+        the same names as JSON schemas (and a JSON-encoded message is not protobuf)."""
+        return (
+            self.schema in schemas.MESSAGE_CLASSES
+            and self.schema_encoding == schemas.SCHEMA_ENCODING
+            and self.message_encoding == schemas.MESSAGE_ENCODING
+        )
 
     @classmethod
     def of(cls, channel, schema) -> ChannelInfo:
@@ -346,10 +352,11 @@ def _open_summary(source: RangeSource, *, known_schemas: bool) -> EpisodeIndex:
 
 def _check_schemas(name: str, channels: dict[str, ChannelInfo]) -> None:
     for info in channels.values():
-        if info.schema not in schemas.MESSAGE_CLASSES:
+        if not info.decodable:
             raise UnknownSchemaError(
                 name,
-                f"schema {info.schema or '(none)'!r} is not one megahour decodes",
+                f"schema {info.schema or '(none)'!r} ({info.schema_encoding or 'no encoding'}, messages in "
+                f"{info.message_encoding or 'no encoding'}) is not one megahour decodes",
                 topic=info.topic,
                 fix=f"record it as one of {', '.join(sorted(schemas.MESSAGE_CLASSES))}, or convert it with "
                 "megahour robotlogs convert",
@@ -481,7 +488,7 @@ def recording_from_scan(scan: mcapscan.Scan) -> Recording:
 
 
 def _topic_spec(info: ChannelInfo, msgs: list[Message]) -> TopicSpec:
-    kind = KIND_FOR_SCHEMA.get(info.schema, "raw")
+    kind = KIND_FOR_SCHEMA.get(info.schema, "raw") if info.decodable else "raw"
     raw = None
     if kind == "raw":
         raw = RawSchema(info.schema, info.schema_encoding, info.schema_data, info.message_encoding)

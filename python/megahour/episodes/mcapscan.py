@@ -74,12 +74,17 @@ def decode_chunk(data: bytes | memoryview, body: int, length: int) -> memoryview
     payload = memoryview(data)[at : at + records_len]
     if compression == "":
         records = payload
-    elif compression == "zstd":
-        records = memoryview(_zstd().decompress(payload, max_output_size=size))
-    elif compression == "lz4":
-        import lz4.frame
+    elif compression in ("zstd", "lz4"):
+        try:
+            if compression == "zstd":
+                records = memoryview(_zstd().decompress(payload, max_output_size=size))
+            else:
+                import lz4.frame
 
-        records = memoryview(lz4.frame.decompress(payload))
+                records = memoryview(lz4.frame.decompress(payload))
+        except (MemoryError, OverflowError) as exc:
+            # A damaged size field asks for more memory than exists: the chunk is bad, not the node.
+            raise ValueError(f"the chunk claims {size} bytes of records, which cannot be allocated") from exc
     else:
         raise ValueError(f"unknown chunk compression {compression!r}")
     if len(records) != size:
@@ -461,6 +466,8 @@ class _Scanner:
         self.out.attachments += 1
 
     def footer(self, body: bytes, pos: int, ends_with_magic: bool) -> None:
+        if len(body) < _FOOTER.size:
+            raise self.corrupt(f"the footer has {len(body)} bytes, not {_FOOTER.size}", pos)
         summary_start, _offsets, crc = _FOOTER.unpack_from(body, 0)
         self.out.has_summary = summary_start != 0
         magic = self.window.get(pos + 9 + len(body), len(MAGIC))

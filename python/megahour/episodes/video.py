@@ -56,10 +56,14 @@ def jpeg_yuv420(jpeg: bytes) -> av.VideoFrame | None:
     with Image.open(io.BytesIO(jpeg)) as image:
         if image.format != "JPEG" or image.mode != "RGB":
             return None
-        image.draft("YCbCr", image.size)
-        if image.mode != "YCbCr":
+        try:
+            image.draft("YCbCr", image.size)
+            if image.mode != "YCbCr":
+                return None
+            planes = np.asarray(image)
+        except OSError:
+            # libjpeg refuses YCbCr output for a JPEG stored as RGB (Adobe's transform 0); RGB it is.
             return None
-        planes = np.asarray(image)
     frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(planes.transpose(2, 0, 1)), format="yuv444p")
     return _full_range_420(frame, src_range=FULL_RANGE)
 

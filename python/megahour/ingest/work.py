@@ -338,7 +338,8 @@ def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
     kind = formats.detect(path)
     if kind == formats.MEGAHOUR_MCAP:
         return path, None
-    out = ctx.run.staging / CONVERTED_DIR / f"{Path(path).stem}.mcap"
+    # By the whole name: ep1.bag and ep1.h5 in one landing zone are two recordings.
+    out = ctx.run.staging / CONVERTED_DIR / f"{Path(path).name}.mcap"
     report_path = out.with_suffix(".json")
     if out.exists() and report_path.exists():
         return str(out), json.loads(report_path.read_text())
@@ -403,7 +404,13 @@ def _validated(ctx: StepContext, batch: int) -> list[dict]:
     episodes = []
     for path in _batch_files(ctx, batch):
         try:
-            episodes.append(raw_info(path))
+            raw, converted = as_raw(ctx, path)
+            info = raw_info(raw)
+            if converted is not None:
+                info["recording"] = path
+            episodes.append(info)
+        except ConfigFailed:
+            raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
             _quarantine(ctx, path, Path(path).stem, _reason(exc))
@@ -427,8 +434,10 @@ def transcode_batch(ctx: StepContext, batch: int) -> dict:
             try:
                 report = transcode(episode["source"], out, options).to_dict()
             except EPISODE_FAILURES as exc:
-                _not_the_episode(exc, episode["source"])
-                bad.append(_quarantine(ctx, episode["source"], episode_id, _reason(exc)))
+                # A converted recording is quarantined as the lab recorded it, not as megahour's conversion.
+                recorded = episode.get("recording", episode["source"])
+                _not_the_episode(exc, recorded)
+                bad.append(_quarantine(ctx, recorded, episode_id, _reason(exc)))
                 continue
             atomic_write_text(report_path, json.dumps(report, sort_keys=True))
         done.append({**episode, "staged": str(out), "frames": report["frames"]})

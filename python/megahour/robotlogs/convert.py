@@ -20,7 +20,7 @@ import numpy as np
 from megahour.episodes import mcapio, schemas
 from megahour.episodes.errors import EpisodeError, MissingTopicError
 from megahour.episodes.model import Message, RawSchema, Recording, TopicSpec
-from megahour.robotlogs.mapping import LABEL_KEYS, RobotMapping
+from megahour.robotlogs.mapping import LABEL_KEYS, RobotMapping, mismatch
 
 GAP_FACTOR = 1.5  # a gap over 1.5 median periods is a dropped frame (or several)
 RAW_CHUNK_BYTES = 1 << 20
@@ -56,6 +56,22 @@ class Streams:
     # Recorded topics the mapping does not name, carried as they were recorded: topic -> (how it was
     # recorded, its messages with their log times).
     raw: dict[str, tuple[RawSchema, list[Message]]] = field(default_factory=dict)
+
+    def carry(self, topic: str, raw: RawSchema) -> list[Message]:
+        """The list to append ``topic``'s recorded messages to. A topic on several channels (a second
+        publisher, a recorder restart) shares one list, which must then have one schema."""
+        if topic not in self.raw:
+            self.raw[topic] = (raw, [])
+        earlier, kept = self.raw[topic]
+        if earlier != raw:
+            raise EpisodeError(
+                self.source,
+                f"is recorded on two channels with different schemas ({earlier.name!r} in "
+                f"{earlier.message_encoding}, {raw.name!r} in {raw.message_encoding})",
+                topic=topic,
+                fix="record one message type per topic, or map the topic in the robot's mapping file",
+            )
+        return kept
 
 
 @dataclass
@@ -197,7 +213,7 @@ def _ordered(items: list, times: list[int]) -> tuple[list, int, float, int, int]
 
 
 def _select_joints(
-    source: str, topic: str, sample: JointSample, wanted: tuple[str, ...]
+    mapping: RobotMapping, source: str, topic: str, sample: JointSample, wanted: tuple[str, ...]
 ) -> tuple[list[float], list[float] | None, list[float] | None]:
     """The sample's values for the ``wanted`` joints, in that order (all of them, when none are named)."""
     if not wanted or tuple(sample.names) == wanted:
@@ -205,11 +221,12 @@ def _select_joints(
     where = {name: i for i, name in enumerate(sample.names)}
     missing = [n for n in wanted if n not in where]
     if missing:
-        raise MissingTopicError(
+        raise mismatch(
+            mapping,
             source,
             f"joint {missing[0]} is not in the message (it has {', '.join(sample.names) or 'no names'})",
-            topic=topic,
-            fix="correct joint_names / action_joints in the robot's mapping file",
+            "correct joint_names / action_joints",
+            topic,
         )
     idx = [where[n] for n in wanted]
     return (
@@ -270,7 +287,9 @@ def build_recording(
         kept, dropped, rate, reordered, repeated = _ordered(samples, [s.t_ns for s in samples])
         encoded = []
         for sample in kept:
-            position, velocity, effort = _select_joints(streams.source, sources[topic], sample, wanted)
+            position, velocity, effort = _select_joints(
+                mapping, streams.source, sources[topic], sample, wanted
+            )
             names = list(wanted) if wanted else list(sample.names)
             encoded.append(
                 Message(sample.t_ns, schemas.encode_joints(sample.t_ns, names, position, velocity, effort))
@@ -319,10 +338,11 @@ def write_converted(
     merged = episode_labels(streams, mapping, labels or {})
     missing = [k for k in LABEL_KEYS if not merged.get(k)]
     if missing:
-        raise EpisodeError(
+        raise mismatch(
+            mapping,
             streams.source,
             f"no {', '.join(missing)} label",
-            fix="set them under labels: in the robot's mapping file, or pass --label KEY=VALUE",
+            "set them under labels: (or pass --label KEY=VALUE to robotlogs convert)",
         )
     metadata = {mcapio.EPISODE_METADATA: {"episode_id": episode_id, **merged}}
     chunks = mcapio.per_topic_chunks(recording.messages, RAW_CHUNK_BYTES)

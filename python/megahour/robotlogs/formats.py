@@ -8,10 +8,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from megahour.episodes import mcapscan
-from megahour.episodes.errors import EpisodeError
+from megahour.episodes.errors import CorruptEpisodeError, EpisodeError
 from megahour.robotlogs import hdf5, ros1, ros2
 from megahour.robotlogs.convert import ConversionReport, Streams, write_converted
-from megahour.robotlogs.mapping import RobotMapping
+from megahour.robotlogs.mapping import MappingError, RobotMapping
 
 MEGAHOUR_MCAP = "mcap"  # already megahour's raw form (foxglove protobuf): nothing to convert
 FORMATS = (ros2.FORMAT, ros1.FORMAT, hdf5.FORMAT)
@@ -75,5 +75,40 @@ def convert_file(
             "is an MCAP file without the ros2 profile: it is read as megahour's raw form, not converted",
             fix="ingest it as it is; record ROS 2 topics with `ros2 bag record -s mcap`",
         )
-    streams = READERS[kind](path, mapping)
-    return write_converted(streams, mapping, out_path, labels, episode_id, began)
+    try:
+        streams = READERS[kind](path, mapping)
+        return write_converted(streams, mapping, out_path, labels, episode_id, began)
+    except (EpisodeError, MappingError):
+        raise
+    except _decode_failures() as exc:
+        # The format's own decoder (CDR, ROS 1 serialization, HDF5, JPEG) refused a message: the
+        # recording is damaged, and must be quarantined like any other damaged episode.
+        raise CorruptEpisodeError(
+            str(path),
+            f"a message does not decode ({type(exc).__name__}: {exc})",
+            fix="re-copy the recording; if the copy is good, it was recorded damaged",
+        ) from exc
+
+
+def _decode_failures() -> tuple[type[BaseException], ...]:
+    """What the format readers' libraries raise for bytes that do not decode (not for a missing file)."""
+    from mcap.exceptions import McapError
+    from PIL import UnidentifiedImageError
+
+    failures: list[type[BaseException]] = [
+        ValueError,
+        IndexError,
+        KeyError,
+        struct.error,
+        EOFError,
+        McapError,
+        UnidentifiedImageError,
+    ]
+    try:
+        from rosbags.serde import SerdeError
+        from rosbags.typesys import TypesysError
+
+        failures += [SerdeError, TypesysError]
+    except ImportError:  # the robotlogs extra is not installed: no bag was read
+        pass
+    return tuple(failures)

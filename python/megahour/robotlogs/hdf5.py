@@ -17,7 +17,7 @@ import numpy as np
 
 from megahour.episodes.errors import EpisodeError, MissingTopicError
 from megahour.robotlogs.convert import Frame, JointSample, Streams, jpeg_from_compressed, jpeg_from_rgb
-from megahour.robotlogs.mapping import MappingError, RobotMapping
+from megahour.robotlogs.mapping import MappingError, RobotMapping, mismatch
 
 FORMAT = "hdf5"
 MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -60,14 +60,17 @@ def _times(path: str, handle, mapping: RobotMapping, steps: int) -> list[int]:
     return [EPOCH_NS + round(i * period) for i in range(steps)]
 
 
-def _names(mapping_names: tuple[str, ...], width: int, prefix: str, path: str, what: str) -> tuple[str, ...]:
+def _names(
+    mapping: RobotMapping, mapping_names: tuple[str, ...], width: int, prefix: str, path: str, what: str
+) -> tuple[str, ...]:
     if not mapping_names:
         return tuple(f"{prefix}{i}" for i in range(width))
     if len(mapping_names) != width:
-        raise EpisodeError(
+        raise mismatch(
+            mapping,
             path,
             f"{what} has {width} values per step, the mapping names {len(mapping_names)}",
-            fix="list one joint name per column in the robot's mapping file",
+            "list one joint name per column",
         )
     return mapping_names
 
@@ -102,7 +105,7 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
             name = f"{base}/{column}"
             if name in handle and handle[name].shape == qpos.shape:
                 extra[column] = np.asarray(handle[name][()], dtype=np.float64)
-        names = _names(mapping.joint_names, qpos.shape[1], "joint", path, mapping.joint_states)
+        names = _names(mapping, mapping.joint_names, qpos.shape[1], "joint", path, mapping.joint_states)
         streams.joints["/joint_states"] = [
             JointSample(
                 times[i],
@@ -119,7 +122,7 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
                 raise EpisodeError(
                     path, f"{mapping.action} has shape {action.shape}, not [{steps}, D]", fix="map the action"
                 )
-            action_names = _names(mapping.action_joints, action.shape[1], "a", path, mapping.action)
+            action_names = _names(mapping, mapping.action_joints, action.shape[1], "a", path, mapping.action)
             streams.joints["/action"] = [
                 JointSample(times[i], action_names, tuple(action[i])) for i in range(steps)
             ]

@@ -80,6 +80,14 @@ def _fail(source: str, problem: str, fix: str) -> MappingError:
     return MappingError(f"{source}: {problem}; {fix}")
 
 
+def mismatch(mapping: RobotMapping, recording: str, problem: str, fix: str, topic: str = "") -> MappingError:
+    """The mapping does not fit a recording it is applied to (a wrong type, a joint it lacks, a count that
+    differs, labels it does not set): the lab's to fix in the mapping file, so ingestion fails the step
+    instead of quarantining one episode after another."""
+    where = f"{recording}, topic {topic}" if topic else recording
+    return MappingError(f"{where}: {problem} ({fix} in {mapping.source})")
+
+
 def parse_mapping(data: Any, source: str = "(inline)") -> RobotMapping:
     """Check a parsed mapping and build it; MappingError names the key and the fix."""
     if not isinstance(data, dict):

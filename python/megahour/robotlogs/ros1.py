@@ -31,10 +31,9 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
             # Every other topic travels as recorded: ROS 1 serialization, its message definition.
             carried: dict[str, list[Message]] = {}
             for connection in reader.connections:
-                if not router.wants(connection.topic) and connection.topic not in carried:
-                    carried[connection.topic] = []
+                if not router.wants(connection.topic):
                     raw = RawSchema(connection.msgtype, "ros1msg", connection.msgdef.data.encode(), "ros1")
-                    streams.raw[connection.topic] = (raw, carried[connection.topic])
+                    carried[connection.topic] = streams.carry(connection.topic, raw)
             others = [c for c in reader.connections if c.topic in carried]
             # rosbags reads every connection when given none: only ask when something is carried.
             for connection, timestamp, raw_bytes in reader.messages(connections=others) if others else ():

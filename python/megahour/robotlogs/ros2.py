@@ -44,8 +44,7 @@ def read_streams(path: str | Path, mapping: RobotMapping) -> Streams:
                 schema.data if schema else b"",
                 channel.message_encoding,
             )
-            carried[channel.id] = []
-            streams.raw[channel.topic] = (raw, carried[channel.id])
+            carried[channel.id] = streams.carry(channel.topic, raw)
             continue
         schema = scan.schemas.get(channel.schema_id)
         msgtype = schema.name if schema else ""

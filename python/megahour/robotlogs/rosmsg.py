@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from megahour.episodes.errors import EpisodeError, MissingTopicError
+from megahour.episodes.errors import MissingTopicError
 from megahour.robotlogs.convert import (
     Frame,
     JointSample,
@@ -18,7 +18,7 @@ from megahour.robotlogs.convert import (
     jpeg_from_compressed,
     jpeg_from_raw,
 )
-from megahour.robotlogs.mapping import RobotMapping
+from megahour.robotlogs.mapping import RobotMapping, mismatch
 
 CAMERA_TYPES = ("sensor_msgs/Image", "sensor_msgs/CompressedImage")
 JOINT_TYPES = ("sensor_msgs/JointState",)
@@ -61,11 +61,12 @@ class Router:
         kind = ros1_type(msgtype)
         allowed = CAMERA_TYPES if camera else JOINT_TYPES + (ARRAY_TYPES if target == "/action" else ())
         if kind not in allowed:
-            raise EpisodeError(
+            raise mismatch(
+                self.mapping,
                 self.streams.source,
                 f"{msgtype} cannot be converted as {'camera ' + target if camera else target}",
-                topic=recorded_topic,
-                fix=f"map a topic of type {' or '.join(allowed)} there in the robot's mapping file",
+                f"map a topic of type {' or '.join(allowed)} there",
+                recorded_topic,
             )
 
     def stamp(self, message: Any, log_time: int) -> int:
@@ -118,11 +119,12 @@ class Router:
             values = _floats(message.data)
             names = self.mapping.action_joints or tuple(f"a{i}" for i in range(len(values)))
             if len(names) != len(values):
-                raise EpisodeError(
+                raise mismatch(
+                    self.mapping,
                     source,
                     f"the action has {len(values)} values, action_joints names {len(names)}",
-                    topic=recorded_topic,
-                    fix="list one name per action value under action_joints in the robot's mapping file",
+                    "list one name per action value under action_joints",
+                    recorded_topic,
                 )
             sample = JointSample(t, tuple(names), values)
         self.streams.joints.setdefault(target, []).append(sample)
