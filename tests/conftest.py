@@ -84,3 +84,27 @@ def warehouse(tmp_path_factory):
     from megahour.curation.warehouse import EmbeddedWarehouse
 
     return EmbeddedWarehouse(tmp_path_factory.mktemp("chdb") / "warehouse")
+
+
+@pytest.fixture(scope="session")
+def s3_server(tmp_path_factory):
+    """A real S3 server (s3proxy) that requires signed requests; see tests/s3server.py."""
+    from tests import s3server
+
+    root = tmp_path_factory.mktemp("s3-buckets")
+    server, proc = s3server.start(root, tmp_path_factory.mktemp("s3proxy"))
+    yield server
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch):
+    """The S3 server's credentials and endpoint in this test's environment, and nothing else of AWS's."""
+    from tests import s3server
+
+    for name in s3server.AWS_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in s3_server.env().items():
+        monkeypatch.setenv(name, value)
+    return s3_server

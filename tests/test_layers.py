@@ -27,14 +27,15 @@ ALLOWED: dict[str, set[str]] = {
     "metrics": {"atomicio"},
     "cluster": {"atomicio"},
     "deploy": {"atomicio"},
-    "episodes": {"atomicio"},
+    "objectstore": {"atomicio"},
+    "episodes": {"atomicio", "objectstore"},
     "health": {"atomicio", "metrics", "slurm"},
     "sweep": {"atomicio", "metrics", "slurm"},
     "run": {"atomicio", "job_contract", "slurm"},
     "curation": {"atomicio", "episodes"},
-    "delivery": {"atomicio", "curation", "episodes"},
+    "delivery": {"atomicio", "curation", "episodes", "objectstore"},
     "robotlogs": {"episodes"},
-    "ingest": {"atomicio", "curation", "episodes", "robotlogs", "slurm"},
+    "ingest": {"atomicio", "curation", "episodes", "objectstore", "robotlogs", "slurm"},
     "train": {"atomicio", "job_contract", "curation", "delivery", "episodes", "metrics", "slurm"},
 }
 

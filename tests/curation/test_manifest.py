@@ -170,6 +170,17 @@ def test_fetch_over_http_then_reuse(built, tmp_path) -> None:
         assert part.rows > 0
 
 
+def test_fetch_from_a_bucket_signed(built, tmp_path, s3) -> None:
+    from megahour.objectstore import store
+
+    path, result = built
+    store.bucket(s3.make_bucket("manifests")).put_file(path, "lab/m.arrow")
+    dest = tmp_path / "node" / "m.arrow"
+    fetched = fetch.fetch("s3://manifests/lab/m.arrow", dest, parallel=3, part_bytes=4096)
+    assert fetched.downloaded and fetched.content_sha256 == result.content_sha256
+    assert dest.read_bytes() == path.read_bytes()
+
+
 def test_a_damaged_source_is_never_published(built, tmp_path) -> None:
     path, _ = built
     data = bytearray(path.read_bytes())

@@ -130,14 +130,34 @@ def test_an_object_store_root_maps_the_shared_filesystems_uris() -> None:
         config.object_key("/data/e.mcap")
 
 
-def test_an_object_store_root_without_a_direct_url_says_how_to_fix_the_fallback() -> None:
+def test_a_root_in_another_kind_of_store_says_how_to_fix_the_fallback() -> None:
     import dataclasses
 
     from megahour.delivery.client import HttpTransport
 
-    config = dataclasses.replace(make_config(), root_ufs="s3://bucket/prefix")
+    config = dataclasses.replace(make_config(), root_ufs="gs://bucket/prefix")
     with pytest.raises(DeliveryError, match="set alluxio_under_store_url"):
         HttpTransport(config).under_store_get("storage/a.mcap", 0, 10)
+
+
+def test_a_bucket_root_is_read_signed_when_a_worker_fails(s3, monkeypatch) -> None:
+    """The fallback signs its ranged GETs with the environment's credentials; wrong ones are refused
+    with the bucket and the credential source named."""
+    import dataclasses
+
+    from megahour.delivery.client import HttpTransport
+    from megahour.objectstore import store
+
+    store.bucket(s3.make_bucket("under")).put_bytes(bytes(range(100)), "lab/storage/a.mcap")
+    config = dataclasses.replace(make_config(), root_ufs="s3a://under/lab/", under_store_url=s3.endpoint)
+    monkeypatch.delenv("AWS_ENDPOINT_URL")  # the configured endpoint is enough
+    transport = HttpTransport(config)
+    assert transport.under_store_get("storage/a.mcap", 10, 5) == bytes(range(10, 15))
+    with pytest.raises(DeliveryError, match=r"s3://under/lab/storage/none.mcap: not in the under-store"):
+        transport.under_store_get("storage/none.mcap", 0, 5)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    with pytest.raises(DeliveryError, match=r"refused to read it .* bucket under"):
+        transport.under_store_get("storage/a.mcap", 10, 5)
 
 
 def test_without_a_cache_tier_the_direct_client_reads_the_storage_uri_itself(tmp_path) -> None:

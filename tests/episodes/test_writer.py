@@ -100,6 +100,24 @@ def test_fsspec_urls_read_through_cat_file(raw_episode, tmp_path) -> None:
     assert sample.stats.fetches == 2
 
 
+def test_s3_objects_read_signed_with_the_same_fetches(raw_episode, tmp_path, s3) -> None:
+    from megahour.episodes.source import ObjectSource
+    from megahour.objectstore import store
+
+    raw, _, _ = raw_episode
+    tuned = tmp_path / "ours.mcap"
+    transcode.transcode(raw, tuned)
+    store.bucket(s3.make_bucket("episodes")).put_file(tuned, "site-a/ours.mcap")
+    with EpisodeReader("s3://episodes/site-a/ours.mcap") as reader:
+        assert isinstance(reader.source, ObjectSource)
+        sample = reader.read_sample(layout.sample_spec("vla"), reader.start_ns + 2_000_000_000)
+    with EpisodeReader(tuned) as local:
+        same = local.read_sample(layout.sample_spec("vla"), local.start_ns + 2_000_000_000)
+    assert sample.stats.fetches == 2
+    for topic in same.frames:
+        assert np.array_equal(sample.frames[topic], same.frames[topic])
+
+
 def test_rechunked_baseline_keeps_frames_and_keyframes(raw_episode, tmp_path) -> None:
     raw, _, _ = raw_episode
     tuned, per_topic = tmp_path / "ours.mcap", tmp_path / "per_topic.mcap"

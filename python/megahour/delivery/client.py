@@ -59,8 +59,9 @@ class CacheConfig:
     workers: tuple[Worker, ...]
     geometry: Geometry = field(default_factory=Geometry)
     master_url: str = ""  # http://MASTER:19999, for `megahour cache status`
-    # How the client reads the under-store itself: empty for a shared directory (root_ufs), else the
-    # base URL of an S3-style endpoint serving the same objects (path-style, unauthenticated here).
+    # How the client reads the under-store itself when a worker fails. A bucket root (s3://) is read
+    # with signed requests (credentials from the environment or the instance profile) at this S3
+    # endpoint, or at AWS_ENDPOINT_URL / AWS's own when empty. A shared-directory root: empty.
     under_store_url: str = ""
     timeout_s: float = 10.0
     retry_down_after_s: float = 10.0
@@ -338,6 +339,10 @@ class HttpTransport:
     def under_store_get(self, key: str, offset: int, length: int) -> bytes:
         if length == 0:
             return b""
+        bucket_root = _s3_root(self.config.root_ufs)
+        # A bucket is read signed, unless the nodes see its objects as files and no endpoint is named.
+        if bucket_root is not None and (self.config.under_store_url or not self.config.local_root):
+            return self._bucket_get(bucket_root, key, offset, length)
         if not self.config.under_store_url:
             root = (self.config.local_root or self.config.root_ufs).removeprefix("file://")
             if "://" in root:
@@ -366,6 +371,30 @@ class HttpTransport:
         raise DeliveryError(
             f"{key}: the under-store {self.config.under_store_url} answered {status} to a range read"
         )
+
+    def _bucket_get(self, root: str, key: str, offset: int, length: int) -> bytes:
+        """A signed ranged GET of ``<root_ufs>/<key>`` (credentials from the environment or the
+        instance; ``under_store_url``, when set, is the S3 endpoint)."""
+        from megahour.objectstore import store
+        from megahour.objectstore.location import LocationError, parse
+
+        try:
+            location = parse(root).child(key)
+            return store.bucket(location.bucket, self.config.under_store_url).read_range(
+                location.key, offset, length
+            )
+        except store.ObjectMissing:
+            raise DeliveryError(f"{root}/{key}: not in the under-store (a stale manifest?)") from None
+        except (store.StoreError, LocationError) as exc:
+            raise DeliveryError(f"{key}: the under-store failed a range read: {exc}") from None
+
+
+def _s3_root(root_ufs: str) -> str | None:
+    """The root as ``s3://BUCKET/PREFIX`` when it is an S3 bucket (Alluxio also spells it s3a://)."""
+    for scheme in ("s3://", "s3a://"):
+        if root_ufs.startswith(scheme):
+            return "s3://" + root_ufs[len(scheme) :].rstrip("/")
+    return None
 
 
 class DirectTransport:

@@ -1,4 +1,4 @@
-"""Ranged reads over local files, HTTP and fsspec URLs, with a count of fetches and bytes.
+"""Ranged reads over local files, S3 objects, HTTP and fsspec URLs, with a count of fetches and bytes.
 
 Every layout in the benchmark reads through one of these, so "fetches per sample" means the same thing
 for all of them: one ``read_range`` call is one disk seek or one HTTP range request.
@@ -141,6 +141,28 @@ class HttpSource(RangeSource):
             self._all.clear()
 
 
+class ObjectSource(RangeSource):
+    """An object in an S3 bucket (``s3://BUCKET/KEY``), each read one signed ranged GET."""
+
+    def __init__(self, url: str, endpoint: str = "") -> None:
+        super().__init__()
+        from megahour.objectstore import store
+        from megahour.objectstore.location import parse
+
+        self.name = url
+        location = parse(url)
+        self._bucket, self._key = store.bucket(location.bucket, endpoint), location.key
+        try:
+            self.size = self._bucket.head(self._key).size
+        except store.ObjectMissing as exc:
+            raise EpisodeError(
+                url, "no such object", fix="check the URL (the manifest's storage_uri)"
+            ) from exc
+
+    def _read(self, offset: int, length: int) -> bytes:
+        return self._bucket.read_range(self._key, offset, length)
+
+
 class FsspecSource(RangeSource):
     """Any fsspec URL (s3://, gs://, file://, memory://); each read is one ``cat_file`` range."""
 
@@ -160,10 +182,13 @@ class FsspecSource(RangeSource):
 
 
 def open_source(location: str | Path) -> RangeSource:
-    """A local path, an http:// URL, or any other fsspec URL."""
+    """A local path, an s3:// object (signed reads, credentials from the environment or the instance),
+    an http:// URL, or any other fsspec URL."""
     text = str(location)
     if "://" not in text:
         return LocalSource(text)
+    if text.startswith("s3://"):
+        return ObjectSource(text)
     if text.startswith("http://"):
         return HttpSource(text)
     if text.startswith("file://"):
