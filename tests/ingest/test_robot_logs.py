@@ -161,3 +161,43 @@ def test_recordings_that_share_a_name_convert_separately(tmp_path) -> None:
     assert (bag_report["format"], h5_report["format"]) == ("ros1-bag", "hdf5")
     # a retry reuses each conversion
     assert work.as_raw(bag_ctx, str(landing / "ep1.bag"))[1] == bag_report
+
+
+def test_a_landing_zone_and_an_episode_store_in_buckets(mixed_landing, warehouse, tmp_path, s3) -> None:
+    """Every format from a landing prefix in one bucket into an episode prefix in another, all requests
+    signed: the rows' storage_uri is the object URL, and the reader reads the episodes from there."""
+    from megahour.episodes import layout
+    from megahour.episodes.reader import EpisodeReader
+    from megahour.objectstore import store
+
+    config, sim = mixed_landing
+    landing = store.bucket(s3.make_bucket("fleet-uploads"))
+    for path in sorted((tmp_path / "landing").iterdir()):
+        landing.put_file(path, f"site-a/{path.name}")
+    landing.put_bytes(b"not yet", "site-a/.ep-in-flight.bag")  # an upload still in flight
+    s3.make_bucket("lab-episodes")
+    params = {"landing": "s3://fleet-uploads/site-a", "storage": "s3://lab-episodes/v1"}
+    run_dir = tmp_path / "runs" / "bucket"
+    summary, _ = run_all(config, warehouse, run_dir, params=params)
+    good_sim = next(e.episode_id for e in sim if not e.corrupt)
+    bad_sim = next(e for e in sim if e.corrupt)
+    assert summary["succeeded"] and summary["discovered"] == 5 and summary["registered"] == 4
+    query = "SELECT episode_id, storage_uri FROM megahour.episodes FINAL ORDER BY episode_id"
+    rows = warehouse.query_json(query)
+    expected = sorted(["ros2-ep", "ros1-ep", "aloha-ep", good_sim])
+    assert [r[0] for r in rows["data"]] == expected
+    assert [r[1] for r in rows["data"]] == [f"s3://lab-episodes/v1/episodes/{e}.mcap" for e in expected]
+    with EpisodeReader(rows["data"][0][1]) as reader:
+        spec = layout.SampleSpec("high", frames=(layout.FrameWindow(("/camera/high",), 1),))
+        assert reader.read_sample(spec, reader.start_ns + 200_000_000).frames["/camera/high"].size
+    stored = store.bucket("lab-episodes")
+    quarantined = _quarantine_rows(warehouse)
+    assert quarantined == [[bad_sim.episode_id, f"s3://fleet-uploads/site-a/{bad_sim.episode_id}.mcap"]]
+    assert stored.head(f"v1/quarantine/{bad_sim.episode_id}.mcap").size == bad_sim.bytes
+    assert stored.list("v1/previews/ros1-ep") and stored.head("v1/qc/ros1-ep.json").size > 0
+    # a second run of the same landing zone registers the same rows at the same URLs
+    again, _ = run_all(config, warehouse, tmp_path / "runs" / "bucket-again", params=params)
+    assert again["registered"] == 4
+    assert warehouse.query_json(query)["data"] == rows["data"]
+    # local copies of the landed recordings are staging, gone once the run succeeded
+    assert not (RunDir(run_dir).staging / work.LANDED_DIR).exists()

@@ -85,8 +85,16 @@ def test_config_loads_rejects_unknown_keys_and_bad_values(tmp_path, monkeypatch)
     path.write_text("landng: /x\n")
     with pytest.raises(IngestConfigError, match="unknown keys landng"):
         load_config(path)
-    with pytest.raises(IngestConfigError, match="absolute path"):
+    with pytest.raises(IngestConfigError, match="absolute path or s3://BUCKET/PREFIX"):
         IngestConfig(storage="relative/dir")
+    # the landing zone and the episode store may be bucket prefixes; the runs folder may not
+    assert IngestConfig(landing="s3://fleet/site-a", storage="s3://lab-episodes/v1").storage.startswith(
+        "s3://"
+    )
+    with pytest.raises(IngestConfigError, match="storage: s3://Lab_Episodes/v1: 'Lab_Episodes' is not an S3"):
+        IngestConfig(storage="s3://Lab_Episodes/v1")
+    with pytest.raises(IngestConfigError, match=r"runs='s3://x/y': give an absolute path$"):
+        IngestConfig(runs="s3://x/y")
     with pytest.raises(IngestConfigError, match="no such file"):
         load_config(tmp_path / "absent.yml")
     monkeypatch.setenv("MEGAHOUR_INGEST_CONFIG", str(tmp_path / "absent.yml"))

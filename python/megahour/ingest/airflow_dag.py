@@ -98,12 +98,15 @@ def dag_params(config: IngestConfig) -> dict[str, Param]:
         "landing": Param(
             landing,
             type="string",
-            description="Where raw episodes are taken from (the landing zone or a folder under it).",
+            description="Where recordings are taken from: the landing zone, a folder under it, or an "
+            "s3://BUCKET/PREFIX (signed with the workers' credentials from the environment or instance "
+            "profile).",
         ),
         "storage": Param(
             config.storage,
             type="string",
-            description="The episode store to upload into (a folder on the shared filesystem).",
+            description="The episode store to upload into: a folder on the shared filesystem or an "
+            "s3://BUCKET/PREFIX; registered rows point at the stored objects.",
         ),
         "warehouse": Param(
             "",
@@ -119,8 +122,8 @@ def dag_params(config: IngestConfig) -> dict[str, Param]:
         "robot_mapping": Param(
             "",
             type="string",
-            description="The robot mapping file for ROS bags, ROS 2 MCAP and HDF5 recordings; empty means "
-            "<name>.robot.yaml or robot.yaml beside each recording.",
+            description="The robot mapping file (a path or an s3:// object) for ROS bags, ROS 2 MCAP and "
+            "HDF5 recordings; empty means <name>.robot.yaml or robot.yaml beside each recording.",
         ),
     }
 

@@ -186,15 +186,14 @@ def _cmd_monolithic(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_plan(args: argparse.Namespace, console: Console) -> int:
-    from pathlib import Path
-
     from megahour.ingest import binpack
     from megahour.ingest.config import MB
     from megahour.ingest.work import landing_files
 
     cfg = _config(args)
-    files = landing_files(Path(args.landing or cfg.landing))
-    sizes = [p.stat().st_size for p in files]
+    found = landing_files(args.landing or cfg.landing)
+    files = [info.url for info in found]
+    sizes = [info.size for info in found]
     constraints = cfg.constraints(args.max_workers)
     chosen = binpack.plan(sizes, constraints)
     result = {**chosen.to_dict(), "files": [[str(files[i]) for i in b] for b in chosen.batches]}

@@ -9,6 +9,8 @@ from pathlib import Path
 import yaml
 
 from megahour.ingest.binpack import Constraints
+from megahour.objectstore.location import LocationError
+from megahour.objectstore.location import parse as parse_location
 
 DEFAULT_PATH = Path("/etc/megahour/ingest.yml")
 ENV_PATH = "MEGAHOUR_INGEST_CONFIG"
@@ -40,8 +42,15 @@ class IngestConfig:
 
     def __post_init__(self) -> None:
         for name in ("landing", "storage", "runs", "megahour"):
-            if not str(getattr(self, name)).startswith("/"):
-                raise IngestConfigError(f"{name}={getattr(self, name)!r}: give an absolute path")
+            value = str(getattr(self, name))
+            if name in ("landing", "storage") and value.startswith("s3://"):
+                try:  # a bucket prefix: the landing zone robots upload to, the episode store
+                    parse_location(value)
+                except LocationError as exc:
+                    raise IngestConfigError(f"{name}: {exc}") from None
+            elif not value.startswith("/"):
+                hint = " or s3://BUCKET/PREFIX" if name in ("landing", "storage") else ""
+                raise IngestConfigError(f"{name}={value!r}: give an absolute path{hint}")
         if self.max_workers < 1:
             raise IngestConfigError(f"max_workers={self.max_workers}: allow at least one worker")
         for name in ("worker_bandwidth_mb_s", "network_mb_s", "db_rows_per_s"):

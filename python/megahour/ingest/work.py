@@ -24,19 +24,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from megahour.atomicio import atomic_write_bytes, atomic_write_text, discard_temps
+from megahour.atomicio import atomic_write_text, discard_temps
 from megahour.curation import episodes_table, schema
 from megahour.curation.warehouse import Warehouse, open_warehouse
 from megahour.episodes import mcapio, mcapscan
 from megahour.episodes.errors import EpisodeError
 from megahour.episodes.layout import read_pattern
-from megahour.episodes.source import LocalSource
+from megahour.episodes.source import LocalSource, open_source
 from megahour.episodes.transcode import TranscodeOptions, transcode
 from megahour.ingest import binpack, object_store, quarantine
 from megahour.ingest.config import IngestConfig
 from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
 from megahour.ingest.runfiles import RunDir, RunDirError, write_json
 from megahour.ingest.steps import enabled_steps, run_outcome, spec
+from megahour.objectstore import store
+from megahour.objectstore.location import is_remote, parse
+from megahour.objectstore.store import ObjectInfo, ObjectMissing, StoreError
 
 INGEST_VERSION = 1
 EPISODES_KEY = "episodes"
@@ -75,6 +78,7 @@ RUN_PARAMS = (
 # Recordings the landing zone takes: megahour's raw MCAP, ROS 2 MCAP, ROS 1 bags and HDF5 episodes.
 LANDING_SUFFIXES = (".mcap", ".bag", ".hdf5", ".h5")
 CONVERTED_DIR = "converted"
+LANDED_DIR = "landed"  # local copies of recordings from a landing zone in a bucket
 
 
 class StepFailed(RuntimeError):
@@ -103,8 +107,9 @@ class StepContext:
         return self.run.path.name
 
     @property
-    def storage(self) -> Path:
-        return Path(self.params.get("storage") or self.config.storage)
+    def storage(self) -> str:
+        """The episode store: a folder, or an S3 bucket prefix (``s3://BUCKET/PREFIX``)."""
+        return str(self.params.get("storage") or self.config.storage)
 
     def warehouse(self) -> Warehouse:
         if self._warehouse is None:
@@ -187,22 +192,27 @@ def execute(
 # -- run-level steps ----------------------------------------------------------------------------------
 
 
-def landing_files(landing: Path) -> list[Path]:
-    """The recordings in a landing zone, sorted; hidden files are uploads still in flight."""
-    return sorted(
-        p
-        for p in Path(landing).iterdir()
-        if p.suffix.lower() in LANDING_SUFFIXES and not p.name.startswith(".") and p.is_file()
-    )
+def landing_files(landing: str | Path) -> list[ObjectInfo]:
+    """The recordings in a landing zone (a folder or a bucket prefix), sorted; hidden files are uploads
+    still in flight."""
+    return [
+        info
+        for info in store.list_folder(str(landing))
+        if Path(info.location.name).suffix.lower() in LANDING_SUFFIXES
+        and not info.location.name.startswith(".")
+    ]
 
 
 def discover(ctx: StepContext) -> dict:
-    landing = Path(ctx.params["landing"])
-    if not landing.is_dir():
+    landing = str(ctx.params["landing"])
+    if not is_remote(landing) and not Path(landing).is_dir():
         raise StepFailed(f"landing zone {landing} does not exist; create it or pass the landing param")
-    files = [{"path": str(p), "bytes": p.stat().st_size} for p in landing_files(landing)]
+    try:
+        files = [{"path": info.url, "bytes": info.size} for info in landing_files(landing)]
+    except StoreError as exc:
+        raise StepFailed(f"discover: {exc}") from None
     ctx.log(f"discover: {len(files)} raw episodes in {landing}")
-    return {"landing": str(landing), "files": files}
+    return {"landing": landing, "files": files}
 
 
 def plan(ctx: StepContext) -> dict:
@@ -290,8 +300,9 @@ def check_raw(path: str) -> dict:
     return info
 
 
-def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str) -> dict:
-    kept = object_store.put(Path(path), ctx.storage, f"{QUARANTINE_KEY}/{Path(path).name}")
+def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str, landed: str = "") -> dict:
+    """Keep the recording at ``path`` (``landed``: the local copy of a recording in a bucket)."""
+    kept = object_store.put(Path(landed or path), ctx.storage, f"{QUARANTINE_KEY}/{parse(path).name}")
     quarantine.record(
         ctx.warehouse(),
         [
@@ -307,6 +318,42 @@ def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str) -> di
     )
     ctx.log(f"quarantined {episode_id}: {reason}")
     return {"episode_id": episode_id, "source": path, "stored": kept.uri, "reason": reason}
+
+
+def fetch_landed(ctx: StepContext, path: str) -> str:
+    """The recording at ``path`` as a local file: itself, or (a landing zone in a bucket) its copy under
+    staging/landed/, fetched once with the robot mapping files beside it (a retry reuses the copy)."""
+    if not is_remote(path):
+        return path
+    location = parse(path)
+    landed = ctx.run.staging / LANDED_DIR
+    local = landed / location.name
+    try:
+        if not (local.exists() and local.stat().st_size == store.size(location)):
+            store.fetch(location, local)
+        for name in (f"{Path(location.name).stem}.robot.yaml", "robot.yaml"):
+            mapping = location.sibling(name)
+            if not (landed / name).exists() and store.exists(mapping):
+                store.fetch(mapping, landed / name)
+    except StoreError as exc:
+        raise StepFailed(f"{path}: {exc}") from None
+    return str(local)
+
+
+def _mapping_param(ctx: StepContext) -> str:
+    """The run's robot_mapping param as a local file (one in a bucket is fetched into staging once)."""
+    param = ctx.params.get("robot_mapping", "")
+    if not is_remote(param):
+        return param
+    local = ctx.run.staging / LANDED_DIR / ".mappings" / parse(param).name
+    if not local.exists():
+        try:
+            store.fetch(param, local)
+        except ObjectMissing:
+            raise ConfigFailed(f"robot_mapping {param} does not exist; upload it or drop the param") from None
+        except StoreError as exc:
+            raise StepFailed(f"robot_mapping: {exc}") from None
+    return str(local)
 
 
 def mapping_for(recording: Path, param: str = "") -> Path:
@@ -343,7 +390,7 @@ def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
     report_path = out.with_suffix(".json")
     if out.exists() and report_path.exists():
         return str(out), json.loads(report_path.read_text())
-    mapping_path = mapping_for(Path(path), ctx.params.get("robot_mapping", ""))
+    mapping_path = mapping_for(Path(path), _mapping_param(ctx))
     try:
         mapping = load_mapping(mapping_path)
     except MappingError as exc:
@@ -362,11 +409,13 @@ def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
 def validate(ctx: StepContext, batch: int) -> dict:
     ok, bad = [], []
     for path in _batch_files(ctx, batch):
+        local = fetch_landed(ctx, path)
         try:
-            raw, converted = as_raw(ctx, path)
+            raw, converted = as_raw(ctx, local)
             info = check_raw(raw)
-            if converted is not None:
+            if converted is not None or local != path:
                 info["recording"] = path
+            if converted is not None:
                 info["conversion"] = {k: converted[k] for k in ("format", "problems", "warnings", "mapping")}
                 for problem in converted["problems"]:
                     ctx.log(f"validate {path}: {problem}")
@@ -377,7 +426,7 @@ def validate(ctx: StepContext, batch: int) -> dict:
             raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
-            bad.append(_quarantine(ctx, path, Path(path).stem, _reason(exc)))
+            bad.append(_quarantine(ctx, path, Path(local).stem, _reason(exc), landed=local))
     ctx.log(f"validate batch {batch}: {len(ok)} good, {len(bad)} quarantined")
     return {"ok": ok, "quarantined": bad}
 
@@ -403,17 +452,18 @@ def _validated(ctx: StepContext, batch: int) -> list[dict]:
         return checked["ok"]
     episodes = []
     for path in _batch_files(ctx, batch):
+        local = fetch_landed(ctx, path)
         try:
-            raw, converted = as_raw(ctx, path)
+            raw, converted = as_raw(ctx, local)
             info = raw_info(raw)
-            if converted is not None:
+            if converted is not None or local != path:
                 info["recording"] = path
             episodes.append(info)
         except ConfigFailed:
             raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
-            _quarantine(ctx, path, Path(path).stem, _reason(exc))
+            _quarantine(ctx, path, Path(local).stem, _reason(exc), landed=local)
     return episodes
 
 
@@ -437,7 +487,9 @@ def transcode_batch(ctx: StepContext, batch: int) -> dict:
                 # A converted recording is quarantined as the lab recorded it, not as megahour's conversion.
                 recorded = episode.get("recording", episode["source"])
                 _not_the_episode(exc, recorded)
-                bad.append(_quarantine(ctx, recorded, episode_id, _reason(exc)))
+                bad.append(
+                    _quarantine(ctx, recorded, episode_id, _reason(exc), landed=_landed_copy(ctx, recorded))
+                )
                 continue
             atomic_write_text(report_path, json.dumps(report, sort_keys=True))
         done.append({**episode, "staged": str(out), "frames": report["frames"]})
@@ -454,12 +506,20 @@ def _transcoded(ctx: StepContext, batch: int, step: str) -> list[dict]:
     return result["done"]
 
 
+def _landed_copy(ctx: StepContext, recording: str) -> str:
+    """The local copy of a recording in a bucket (fetched again if staging lost it); "" for a file."""
+    return fetch_landed(ctx, recording) if is_remote(recording) else ""
+
+
 def upload(ctx: StepContext, batch: int) -> dict:
     uploaded = []
     for episode in _transcoded(ctx, batch, "upload"):
-        put = object_store.put(
-            Path(episode["staged"]), ctx.storage, f"{EPISODES_KEY}/{episode['episode_id']}.mcap"
-        )
+        try:
+            put = object_store.put(
+                Path(episode["staged"]), ctx.storage, f"{EPISODES_KEY}/{episode['episode_id']}.mcap"
+            )
+        except StoreError as exc:
+            raise StepFailed(f"upload: {exc}") from None
         uploaded.append(
             {**episode, "uri": put.uri, "bytes": put.bytes, "sha256": put.sha256, "copied": put.copied}
         )
@@ -470,9 +530,9 @@ def upload(ctx: StepContext, batch: int) -> dict:
 
 def episode_record(episode: dict, pattern: str) -> schema.EpisodeRecord:
     labels = episode["labels"]
-    with LocalSource(
-        urllib.parse.urlparse(episode["uri"]).path
-    ) as src:  # the stored object: staging may be gone
+    uri = episode["uri"]
+    # The stored object (staging may be gone): a file:// URI or an object in the episode bucket.
+    with open_source(urllib.parse.urlparse(uri).path if uri.startswith("file://") else uri) as src:
         layout = mcapio.open_index(src).layout() or {}
     return schema.EpisodeRecord(
         episode_id=episode["episode_id"],
@@ -533,8 +593,7 @@ def previews(ctx: StepContext, batch: int) -> dict:
             first = recording.messages[camera.topic][0].data
             jpeg = schemas.decode_payload(camera.schema, first)
             name = camera.topic.strip("/").replace("/", "_")
-            target = ctx.storage / "previews" / episode["episode_id"] / f"{name}.jpg"
-            atomic_write_bytes(target, jpeg, object_store.OBJECT_MODE)  # read by people and tools
+            object_store.put_bytes(jpeg, ctx.storage, f"previews/{episode['episode_id']}/{name}.jpg")
             written += 1
     return {"previews": written}
 
@@ -559,8 +618,9 @@ def qc(ctx: StepContext, batch: int) -> dict:
             "duration_s": episode["duration_s"],
             "cameras": cameras,
         }
-        qc_path = ctx.storage / "qc" / f"{episode['episode_id']}.json"
-        atomic_write_text(qc_path, json.dumps(record, sort_keys=True), object_store.OBJECT_MODE)
+        object_store.put_bytes(
+            json.dumps(record, sort_keys=True).encode(), ctx.storage, f"qc/{episode['episode_id']}.json"
+        )
         metrics.append(record)
     return {"qc": len(metrics)}
 
@@ -612,6 +672,7 @@ def summary(ctx: StepContext) -> dict:
     for staged in ctx.run.staging.glob("*.mcap") if ctx.run.staging.is_dir() else ():
         staged.unlink()
     shutil.rmtree(ctx.run.staging / CONVERTED_DIR, ignore_errors=True)
+    shutil.rmtree(ctx.run.staging / LANDED_DIR, ignore_errors=True)
     return report
 
 
