@@ -93,6 +93,25 @@ def test_airflow_cfg_local_executor_simple_auth_and_no_secrets(render):
     assert "User=airflow" in unit
     assert "ExecStart=/opt/airflow/venv/bin/airflow scheduler" in unit
     assert "After=network-online.target postgresql.service airflow-api-server.service" in unit
+    assert "EnvironmentFile=-/var/lib/airflow/store.env" in unit
+
+
+def test_the_object_store_environment_is_kept_out_of_airflow_cfg(render):
+    store = {
+        "AWS_SECRET_ACCESS_KEY": "s3cr3t-value",
+        "AWS_ACCESS_KEY_ID": "lab",
+        "AWS_ENDPOINT_URL": "http://s:8082",
+    }
+    cfg, _, out = render(airflow_store_environment=store)
+    lines = [
+        line for line in (out / "store.env").read_text().splitlines() if line and not line.startswith("#")
+    ]
+    assert lines == [
+        "AWS_ACCESS_KEY_ID=lab",
+        "AWS_ENDPOINT_URL=http://s:8082",
+        "AWS_SECRET_ACCESS_KEY=s3cr3t-value",
+    ]
+    assert "s3cr3t-value" not in (out / "airflow.cfg").read_text()
 
 
 def test_airflow_cfg_user_sections_merge_and_null_drops(render):
