@@ -102,7 +102,7 @@ def test_the_object_store_environment_is_kept_out_of_airflow_cfg(render):
         "AWS_ACCESS_KEY_ID": "lab",
         "AWS_ENDPOINT_URL": "http://s:8082",
     }
-    cfg, _, out = render(airflow_store_environment=store)
+    _, _, out = render(airflow_store_environment=store)
     lines = [
         line for line in (out / "store.env").read_text().splitlines() if line and not line.startswith("#")
     ]
