@@ -52,7 +52,8 @@ class S3Server:
         }
 
     def make_bucket(self, name: str) -> str:
-        (self.root / name).mkdir(exist_ok=True)
+        """A new, empty bucket. The server lives for the session, so each test takes its own name."""
+        (self.root / name).mkdir()
         return name
 
 

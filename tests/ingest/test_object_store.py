@@ -55,20 +55,17 @@ def test_keys_stay_inside_the_store(tmp_path) -> None:
 def test_put_into_a_bucket_is_signed_and_a_retry_leaves_the_object_alone(tmp_path, s3) -> None:
     from megahour.objectstore import store
 
-    s3.make_bucket("lab-episodes")
+    s3.make_bucket("store-put")
     source = tmp_path / "ep.mcap"
     source.write_bytes(b"episode bytes" * 1000)
-    first = object_store.put(source, "s3://lab-episodes/v1", "episodes/ep.mcap")
-    assert first.copied and first.uri == "s3://lab-episodes/v1/episodes/ep.mcap"
+    first = object_store.put(source, "s3://store-put/v1", "episodes/ep.mcap")
+    assert first.copied and first.uri == "s3://store-put/v1/episodes/ep.mcap"
     assert first.sha256 == object_store.sha256_of(source)
-    again = object_store.put(source, "s3://lab-episodes/v1", "episodes/ep.mcap")
+    again = object_store.put(source, "s3://store-put/v1", "episodes/ep.mcap")
     assert not again.copied and again.uri == first.uri
     source.write_bytes(b"a re-transcoded episode")  # different bytes under the same key replace it
-    assert object_store.put(source, "s3://lab-episodes/v1", "episodes/ep.mcap").copied
-    assert store.bucket("lab-episodes").head("v1/episodes/ep.mcap").size == len(b"a re-transcoded episode")
-    assert (
-        object_store.put_bytes(b"{}", "s3://lab-episodes/v1", "qc/ep.json")
-        == "s3://lab-episodes/v1/qc/ep.json"
-    )
+    assert object_store.put(source, "s3://store-put/v1", "episodes/ep.mcap").copied
+    assert store.bucket("store-put").head("v1/episodes/ep.mcap").size == len(b"a re-transcoded episode")
+    assert object_store.put_bytes(b"{}", "s3://store-put/v1", "qc/ep.json") == "s3://store-put/v1/qc/ep.json"
     with pytest.raises(ValueError, match="must be relative"):
-        object_store.put(source, "s3://lab-episodes/v1", "../escape.mcap")
+        object_store.put(source, "s3://store-put/v1", "../escape.mcap")

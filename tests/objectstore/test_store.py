@@ -12,7 +12,7 @@ from megahour.objectstore.location import parse
 
 
 def test_objects_round_trip_signed(s3, tmp_path) -> None:
-    bucket = store.bucket(s3.make_bucket("episodes"))
+    bucket = store.bucket(s3.make_bucket("roundtrip"))
     data = bytes(range(256)) * 4000  # 1 MB
     source = tmp_path / "ep.mcap"
     source.write_bytes(data)
@@ -25,14 +25,14 @@ def test_objects_round_trip_signed(s3, tmp_path) -> None:
     assert bucket.read_range("site-a/ep.mcap", 1000, 10) == data[1000:1010]
     assert bucket.read_ranges("site-a/ep.mcap", [0, 500_000], [4, 8]) == [data[:4], data[500_000:500_008]]
     # a folder's listing is its own objects, not its sub-folders'
-    assert [i.url for i in store.list_folder("s3://episodes/site-a")] == [
-        "s3://episodes/site-a/ep.json",
-        "s3://episodes/site-a/ep.mcap",
+    assert [i.url for i in store.list_folder("s3://roundtrip/site-a")] == [
+        "s3://roundtrip/site-a/ep.json",
+        "s3://roundtrip/site-a/ep.mcap",
     ]
-    assert store.fetch("s3://episodes/site-a/ep.mcap", tmp_path / "back.mcap") == len(data)
+    assert store.fetch("s3://roundtrip/site-a/ep.mcap", tmp_path / "back.mcap") == len(data)
     assert (tmp_path / "back.mcap").read_bytes() == data
-    assert store.size(parse("s3://episodes/site-a/ep.mcap")) == len(data)
-    assert store.exists("s3://episodes/site-a/ep.json") and not store.exists("s3://episodes/nope")
+    assert store.size(parse("s3://roundtrip/site-a/ep.mcap")) == len(data)
+    assert store.exists("s3://roundtrip/site-a/ep.json") and not store.exists("s3://episodes/nope")
 
 
 def test_the_store_refuses_unsigned_requests(s3) -> None:
