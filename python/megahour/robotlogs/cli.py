@@ -1,4 +1,5 @@
-"""`megahour robotlogs convert`: a ROS 2 MCAP recording, a ROS 1 bag or an HDF5 episode into a raw episode.
+"""`megahour robotlogs convert`: a ROS 2 MCAP recording, a ROS 1 bag, an HDF5 episode or a LeRobot dataset
+into raw episodes.
 
 mcap-ros2-support, rosbags and h5py (the robotlogs extra) are imported by the readers that use them only.
 """
@@ -13,6 +14,8 @@ from megahour import cliutil
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from megahour.robotlogs.mapping import RobotMapping
 
 FAILED = "an error: the message names the file, the mapping key or the topic, and the fix"
 
@@ -41,8 +44,12 @@ def register(subparsers: cliutil.Subparsers) -> None:
             1: FAILED,
         },
     )
-    p.add_argument("recording", help="the recording: a .mcap (ROS 2), a .bag (ROS 1) or an .hdf5/.h5 episode")
-    p.add_argument("output", help="the raw episode to write (.mcap)")
+    p.add_argument(
+        "recording",
+        help="the recording: a .mcap (ROS 2), a .bag (ROS 1), an .hdf5/.h5 episode, or a LeRobot dataset's "
+        "folder (v3.0: every episode)",
+    )
+    p.add_argument("output", help="the raw episode to write (.mcap); for a LeRobot dataset, a folder")
     p.add_argument("--mapping", required=True, help="the robot's mapping file (docs/ingest.md)")
     p.add_argument(
         "--label",
@@ -51,7 +58,11 @@ def register(subparsers: cliutil.Subparsers) -> None:
         metavar="KEY=VALUE",
         help="an episode label (robot, embodiment, task, site, operator); wins over the mapping's labels",
     )
-    p.add_argument("--episode-id", help="the episode id (default: the recording's file name without suffix)")
+    p.add_argument(
+        "--episode-id",
+        help="the episode id (default: the recording's file name without suffix); for a LeRobot dataset, "
+        "the ids' prefix (default: the folder's name), as PREFIX-000042",
+    )
     cliutil.add_json_flag(p)
 
 
@@ -60,7 +71,7 @@ def _labels(pairs: list[str]) -> dict[str, str]:
     for pair in pairs:
         key, sep, value = pair.partition("=")
         if not sep or not key:
-            raise ValueError(f"--label {pair!r} is not KEY=VALUE; write e.g. --label robot=arm-07")
+            raise cliutil.CommandError(f"--label {pair!r} is not KEY=VALUE; write e.g. --label robot=arm-07")
         labels[key] = value
     return labels
 
@@ -69,8 +80,9 @@ def _cmd_convert(args: argparse.Namespace, console: Console) -> int:
     from megahour.robotlogs.formats import convert_file
     from megahour.robotlogs.mapping import load_mapping
 
-    cliutil.refuse_directory(args.recording, "a recording file")
     mapping = load_mapping(args.mapping)
+    if Path(args.recording).is_dir():
+        return _convert_dataset(args, console, mapping)
     report = convert_file(
         Path(args.recording), Path(args.output), mapping, _labels(args.label), args.episode_id
     )
@@ -83,5 +95,33 @@ def _cmd_convert(args: argparse.Namespace, console: Console) -> int:
         report.to_dict(),
         f"wrote {report.output} from {report.format} {args.recording}: {len(report.topics)} topics, "
         f"{frames} camera frames, {report.seconds:.1f} s",
+    )
+    return 0
+
+
+def _convert_dataset(args: argparse.Namespace, console: Console, mapping: RobotMapping) -> int:
+    from megahour.episodes.errors import EpisodeError
+    from megahour.robotlogs import lerobot
+    from megahour.robotlogs.formats import convert_dataset
+
+    if not lerobot.is_dataset(args.recording):
+        raise EpisodeError(
+            args.recording,
+            "is a folder without meta/info.json",
+            fix="give a recording file, or a LeRobot dataset's folder",
+        )
+    bar, update = cliutil.progress(console, "episodes")
+    with bar:
+        reports = convert_dataset(
+            Path(args.recording), Path(args.output), mapping, _labels(args.label), args.episode_id, update
+        )
+    for report in reports:
+        for line in report.warnings + report.problems():
+            cliutil.print_error(f"{report.source}: {line}", "warning:")
+    cliutil.emit(
+        args,
+        console,
+        {"episodes": [r.to_dict() for r in reports]},
+        f"wrote {len(reports)} raw episodes into {args.output} from LeRobot dataset {args.recording}",
     )
     return 0

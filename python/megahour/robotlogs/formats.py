@@ -9,12 +9,12 @@ from pathlib import Path
 
 from megahour.episodes import mcapscan
 from megahour.episodes.errors import CorruptEpisodeError, EpisodeError
-from megahour.robotlogs import hdf5, ros1, ros2
+from megahour.robotlogs import hdf5, lerobot, ros1, ros2
 from megahour.robotlogs.convert import ConversionReport, Streams, write_converted
 from megahour.robotlogs.mapping import MappingError, RobotMapping
 
 MEGAHOUR_MCAP = "mcap"  # already megahour's raw form (foxglove protobuf): nothing to convert
-FORMATS = (ros2.FORMAT, ros1.FORMAT, hdf5.FORMAT)
+FORMATS = (ros2.FORMAT, ros1.FORMAT, hdf5.FORMAT, lerobot.FORMAT)
 SUFFIXES = (".mcap", ".bag", ".hdf5", ".h5")
 READERS: dict[str, Callable[[str | Path, RobotMapping], Streams]] = {
     ros2.FORMAT: ros2.read_streams,
@@ -88,6 +88,41 @@ def convert_file(
             f"a message does not decode ({type(exc).__name__}: {exc})",
             fix="re-copy the recording; if the copy is good, it was recorded damaged",
         ) from exc
+
+
+def convert_dataset(
+    root: str | Path,
+    out_dir: str | Path,
+    mapping: RobotMapping,
+    labels: dict[str, str] | None = None,
+    prefix: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> list[ConversionReport]:
+    """Convert every episode of a LeRobot dataset into ``<out_dir>/<prefix>-<episode:06d>.mcap``
+    (prefix: the dataset folder's name)."""
+    root, out_dir = Path(root), Path(out_dir)
+    prefix = prefix or root.name
+    episodes = lerobot.list_episodes(root)
+    reports = []
+    for done, index in enumerate(episodes, 1):
+        began = time.perf_counter()
+        episode_id = f"{prefix}-{index:06d}"
+        try:
+            streams = lerobot.read_streams(root, mapping, index)
+            reports.append(
+                write_converted(streams, mapping, out_dir / f"{episode_id}.mcap", labels, episode_id, began)
+            )
+        except (EpisodeError, MappingError):
+            raise
+        except _decode_failures() as exc:
+            raise CorruptEpisodeError(
+                f"{root}#episode={index}",
+                f"does not decode ({type(exc).__name__}: {exc})",
+                fix="re-copy the dataset; if the copy is good, it was written damaged",
+            ) from exc
+        if progress:
+            progress(done, len(episodes))
+    return reports
 
 
 def _decode_failures() -> tuple[type[BaseException], ...]:

@@ -1,0 +1,254 @@
+"""LeRobot datasets (format v3.0: Parquet for the rows, MP4 for the cameras), one raw episode per
+dataset episode.
+
+A dataset is a folder: ``meta/info.json`` (features, fps, path templates), ``meta/episodes/`` (per
+episode: its rows' range and, per camera, which MP4 file holds it from which timestamp),
+``meta/tasks.parquet``, ``data/chunk-*/file-*.parquet`` (one row per frame: ``observation.state``,
+``action``, ``timestamp``, ``frame_index``, ``episode_index``, ``task_index``) and
+``videos/<camera>/chunk-*/file-*.mp4``. The mapping names features instead of topics::
+
+    cameras: {front: observation.images.front, wrist: observation.images.wrist}
+    joint_states: observation.state
+    action: action
+
+Row n of an episode and its cameras' frame n are one step; their time is the row's ``timestamp``
+(seconds from the episode's start), so gaps and swapped stamps are reported as for any recording.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import numpy as np
+
+from megahour.episodes.errors import CorruptEpisodeError, EpisodeError
+from megahour.robotlogs.convert import Frame, JointSample, Streams, jpeg_from_rgb
+from megahour.robotlogs.mapping import LABEL_KEYS, RobotMapping, mismatch
+
+FORMAT = "lerobot"
+VERSIONS = ("v3.0",)
+EPOCH_NS = 0  # LeRobot keeps times from each episode's start, not wall-clock times
+# A frame belongs to an episode when its time lies in [from, to) of the episode's video segment, with
+# this slack for the MP4's rounded timestamps.
+SLACK_S = 1e-3
+
+
+@dataclass(frozen=True)
+class DatasetInfo:
+    root: Path
+    version: str
+    fps: float
+    features: dict
+    data_path: str
+    video_path: str
+    robot_type: str
+
+    def feature_names(self, key: str) -> tuple[str, ...]:
+        names = self.features.get(key, {}).get("names")
+        return tuple(names) if isinstance(names, list) and all(isinstance(n, str) for n in names) else ()
+
+
+def is_dataset(path: str | Path) -> bool:
+    return (Path(path) / "meta" / "info.json").is_file()
+
+
+def read_info(root: str | Path) -> DatasetInfo:
+    root = Path(root)
+    try:
+        info = json.loads((root / "meta" / "info.json").read_text())
+    except FileNotFoundError:
+        raise EpisodeError(
+            str(root), "has no meta/info.json: it is not a LeRobot dataset", fix="give the dataset's folder"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise CorruptEpisodeError(
+            str(root / "meta" / "info.json"), f"is not JSON ({exc})", fix="re-copy the dataset"
+        ) from None
+    version = str(info.get("codebase_version", ""))
+    if version not in VERSIONS:
+        raise EpisodeError(
+            str(root),
+            f"is a LeRobot dataset of format {version or '(none)'}, megahour reads {', '.join(VERSIONS)}",
+            fix="convert it with LeRobot's own script (lerobot.datasets.v30.convert_dataset_v21_to_v30)",
+        )
+    return DatasetInfo(
+        root=root,
+        version=version,
+        fps=float(info["fps"]),
+        features=dict(info.get("features") or {}),
+        data_path=str(info["data_path"]),
+        video_path=str(info.get("video_path") or ""),
+        robot_type=str(info.get("robot_type") or ""),
+    )
+
+
+def _episodes_table(info: DatasetInfo) -> list[dict]:
+    import pyarrow.parquet as pq
+
+    files = sorted((info.root / "meta" / "episodes").glob("chunk-*/file-*.parquet"))
+    if not files:
+        raise CorruptEpisodeError(str(info.root), "has no meta/episodes/*.parquet", fix="re-copy the dataset")
+    rows = [row for f in files for row in pq.read_table(f, columns=_episode_columns(f)).to_pylist()]
+    return sorted(rows, key=lambda r: r["episode_index"])
+
+
+def _episode_columns(path: Path) -> list[str]:
+    import pyarrow.parquet as pq
+
+    return [c for c in pq.read_schema(path).names if not c.startswith("stats/")]
+
+
+def list_episodes(root: str | Path) -> list[int]:
+    return [int(r["episode_index"]) for r in _episodes_table(read_info(root))]
+
+
+def _tasks(info: DatasetInfo) -> dict[int, str]:
+    import pyarrow.parquet as pq
+
+    path = info.root / "meta" / "tasks.parquet"
+    if not path.exists():
+        return {}
+    table = pq.read_table(path)
+    names = table.column("__index_level_0__").to_pylist() if "__index_level_0__" in table.column_names else []
+    return {int(i): str(n) for i, n in zip(table.column("task_index").to_pylist(), names, strict=False)}
+
+
+def _frames(info: DatasetInfo, episode: dict, key: str) -> list[np.ndarray]:
+    """The camera's frames of one episode, as RGB arrays, in presentation order."""
+    import av
+
+    chunk, file = episode[f"videos/{key}/chunk_index"], episode[f"videos/{key}/file_index"]
+    path = info.root / info.video_path.format(video_key=key, chunk_index=chunk, file_index=file)
+    start, end = float(episode[f"videos/{key}/from_timestamp"]), float(episode[f"videos/{key}/to_timestamp"])
+    frames = []
+    try:
+        with av.open(str(path)) as container:
+            stream = container.streams.video[0]
+            base = stream.time_base or Fraction(1, 1)
+            for frame in container.decode(stream):
+                t = float(frame.pts * base) if frame.pts is not None else float(frame.time or 0.0)
+                if start - SLACK_S <= t < end - SLACK_S:
+                    frames.append(frame.to_ndarray(format="rgb24"))
+    except FileNotFoundError:
+        raise CorruptEpisodeError(str(path), "is missing", fix="re-copy the dataset's videos") from None
+    except av.error.FFmpegError as exc:
+        raise CorruptEpisodeError(
+            str(path), f"does not decode ({exc})", fix="re-copy the dataset's videos"
+        ) from None
+    return frames
+
+
+def read_streams(root: str | Path, mapping: RobotMapping, episode_index: int) -> Streams:
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    info = read_info(root)
+    episodes = {int(r["episode_index"]): r for r in _episodes_table(info)}
+    if episode_index not in episodes:
+        raise EpisodeError(
+            str(root), f"has no episode {episode_index}", fix=f"choose one of {sorted(episodes)}"
+        )
+    episode = episodes[episode_index]
+    source = f"{info.root}#episode={episode_index}"
+    streams = Streams(source=source, format=FORMAT)
+    for what, key in [
+        *((f"camera {n}", k) for n, k in mapping.cameras.items()),
+        ("joint_states", mapping.joint_states),
+        ("action", mapping.action),
+    ]:
+        if key is not None and key not in info.features:
+            have = ", ".join(
+                sorted(
+                    k
+                    for k in info.features
+                    if k not in ("timestamp", "frame_index", "episode_index", "index", "task_index")
+                )
+            )
+            raise mismatch(
+                mapping,
+                str(info.root),
+                f"{what}: feature {key!r} is not in the dataset (it has {have})",
+                "name a feature of meta/info.json",
+            )
+    for name, key in mapping.cameras.items():
+        if info.features[key].get("dtype") != "video":
+            raise mismatch(
+                mapping,
+                str(info.root),
+                f"camera {name}: feature {key!r} is {info.features[key].get('dtype')}, not video",
+                "map a video feature",
+            )
+    data = info.root / info.data_path.format(
+        chunk_index=episode["data/chunk_index"], file_index=episode["data/file_index"]
+    )
+    columns = ["timestamp", "frame_index", "episode_index", "task_index", mapping.joint_states]
+    if mapping.action:
+        columns.append(mapping.action)
+    try:
+        table = pq.read_table(data, columns=columns)
+    except FileNotFoundError:
+        raise CorruptEpisodeError(str(data), "is missing", fix="re-copy the dataset") from None
+    rows = table.filter(pc.equal(table.column("episode_index"), episode_index)).sort_by("frame_index")
+    if rows.num_rows != int(episode["length"]):
+        raise CorruptEpisodeError(
+            source,
+            f"{rows.num_rows} rows in {data.name}, the episode index says {episode['length']}",
+            fix="re-copy the dataset",
+        )
+    # float32 seconds: kept to the microsecond, which is all they hold over a long episode
+    times = [EPOCH_NS + round(float(t) * 1e6) * 1000 for t in rows.column("timestamp").to_pylist()]
+    state = np.asarray(rows.column(mapping.joint_states).to_pylist(), dtype=np.float64)
+    names = (
+        mapping.joint_names
+        or info.feature_names(mapping.joint_states)
+        or tuple(f"joint{i}" for i in range(state.shape[1]))
+    )
+    if len(names) != state.shape[1]:
+        raise mismatch(
+            mapping,
+            source,
+            f"{mapping.joint_states} has {state.shape[1]} values per step, the mapping names {len(names)}",
+            "list one joint name per value",
+        )
+    streams.joints["/joint_states"] = [
+        JointSample(t, tuple(names), tuple(v)) for t, v in zip(times, state, strict=True)
+    ]
+    if mapping.action:
+        action = np.asarray(rows.column(mapping.action).to_pylist(), dtype=np.float64)
+        action_names = (
+            mapping.action_joints
+            or info.feature_names(mapping.action)
+            or tuple(f"a{i}" for i in range(action.shape[1]))
+        )
+        if len(action_names) != action.shape[1]:
+            raise mismatch(
+                mapping,
+                source,
+                f"{mapping.action} has {action.shape[1]} values per step, "
+                f"action_joints names {len(action_names)}",
+                "list one name per action value",
+            )
+        streams.joints["/action"] = [
+            JointSample(t, tuple(action_names), tuple(v)) for t, v in zip(times, action, strict=True)
+        ]
+    for name, key in mapping.cameras.items():
+        frames = _frames(info, episode, key)
+        if len(frames) != len(times):
+            raise CorruptEpisodeError(
+                source,
+                f"camera {key} has {len(frames)} frames in its video segment, the episode {len(times)} rows",
+                fix="re-copy the dataset's videos",
+            )
+        streams.cameras[name] = [
+            Frame(t, jpeg_from_rgb(f, mapping.jpeg_quality)) for t, f in zip(times, frames, strict=True)
+        ]
+    task = _tasks(info).get(int(rows.column("task_index")[0].as_py())) if rows.num_rows else None
+    if task:
+        streams.labels["task"] = task
+    if info.robot_type:
+        streams.labels["embodiment"] = info.robot_type
+    streams.labels = {k: v for k, v in streams.labels.items() if k in LABEL_KEYS}
+    return streams

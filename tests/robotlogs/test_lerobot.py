@@ -1,0 +1,150 @@
+"""LeRobot datasets (v3.0) into raw episodes, read from a dataset LeRobot's own writer made
+(tests/robotlogs/data/lerobot-v3, from make_lerobot_fixture.py; its SOURCE.md says which version)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from megahour.episodes import mcapio, schemas, video
+from megahour.episodes.errors import CorruptEpisodeError, EpisodeError
+from megahour.episodes.source import LocalSource
+from megahour.ingest.work import check_raw
+from megahour.robotlogs import lerobot
+from megahour.robotlogs.formats import convert_dataset
+from megahour.robotlogs.mapping import MappingError, parse_mapping
+from tests.conftest import tool
+from tests.robotlogs import make_lerobot_fixture as fixture
+
+DATASET = Path(__file__).parent / "data" / "lerobot-v3"
+MAPPING = {
+    "cameras": {"front": "observation.images.front", "wrist": "observation.images.wrist"},
+    "joint_states": "observation.state",
+    "action": "action",
+    "labels": {"robot": "so100-07", "site": "lab-a", "operator": "kim"},
+}
+
+
+def test_every_episode_converts_with_the_datasets_frames_joints_and_task(tmp_path) -> None:
+    reports = convert_dataset(DATASET, tmp_path, parse_mapping(MAPPING))
+    assert [r.episode_id for r in reports] == ["lerobot-v3-000000", "lerobot-v3-000001"]
+    for episode, report in enumerate(reports):
+        path = Path(report.output)
+        assert check_raw(str(path))["messages"] == 4 * fixture.FRAMES
+        with LocalSource(path) as source:
+            recording = mcapio.read_recording(source)
+            labels = mcapio.open_index(source).metadata[mcapio.EPISODE_METADATA]
+        assert labels["task"] == "pick the cube" and labels["embodiment"] == "so100"
+        times = sorted(fixture.timestamps(episode))
+        assert [m.log_time for m in recording.messages["/joint_states"]] == [round(t * 1e9) for t in times]
+        assert schemas.joint_names(recording.messages["/joint_states"][3].data) == fixture.JOINTS
+        # frame n of each camera is the picture LeRobot's writer was given for row n (AV1 is lossy)
+        order = sorted(range(fixture.FRAMES), key=lambda i: fixture.timestamps(episode)[i])
+        for camera, index in (("front", 0), ("wrist", 1)):
+            frames = recording.messages[f"/camera/{camera}"]
+            for k in (0, 5, 11):
+                jpeg = schemas.decode_payload(recording.topics[f"/camera/{camera}"].schema, frames[k].data)
+                got = video.decode_jpeg(jpeg).astype(int)
+                want = fixture.image(episode, order[k], index).astype(int)
+                assert np.abs(got - want).mean() < 12, (camera, k)
+
+
+def test_the_dropped_frame_and_the_swapped_stamps_are_reported_per_episode(tmp_path) -> None:
+    first, second = convert_dataset(DATASET, tmp_path, parse_mapping(MAPPING))
+    assert first.problems() == []
+    problems = second.problems()
+    assert len(problems) == 4  # two cameras, the joint states, the action
+    assert all("1 dropped frames" in p and "1 mis-ordered stamps" in p for p in problems)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            {"joint_states": "observation.joints"},
+            r"feature 'observation.joints' is not in the dataset \(it has action, ",
+        ),
+        (
+            {"cameras": {"front": "observation.state"}, "joint_states": "action", "action": None},
+            "camera front: feature 'observation.state' is float32, not video",
+        ),
+        ({"joint_names": ["a", "b"]}, "has 3 values per step, the mapping names 2"),
+    ],
+)
+def test_a_mapping_that_does_not_fit_the_dataset_is_the_mappings_error(change, message, tmp_path) -> None:
+    with pytest.raises(MappingError, match=message):
+        convert_dataset(DATASET, tmp_path, parse_mapping({**MAPPING, **change}))
+
+
+def test_damaged_and_unsupported_datasets_are_refused_with_the_fix(tmp_path) -> None:
+    copy = tmp_path / "ds"
+    shutil.copytree(DATASET, copy)
+    video_file = next((copy / "videos" / "observation.images.wrist").rglob("*.mp4"))
+    video_file.write_bytes(video_file.read_bytes()[:1500])  # cut short: frames are missing
+    with pytest.raises(CorruptEpisodeError, match=r"observation.images.wrist|does not decode"):
+        convert_dataset(copy, tmp_path / "out", parse_mapping(MAPPING))
+    info = json.loads((copy / "meta" / "info.json").read_text())
+    (copy / "meta" / "info.json").write_text(json.dumps({**info, "codebase_version": "v2.1"}))
+    with pytest.raises(EpisodeError, match=r"format v2.1, megahour reads v3.0 .*convert_dataset_v21_to_v30"):
+        lerobot.list_episodes(copy)
+
+
+def test_the_cli_converts_a_dataset_folder(tmp_path) -> None:
+    mapping = tmp_path / "so100.yaml"
+    mapping.write_text(yaml.safe_dump(MAPPING))
+    done = subprocess.run(
+        [
+            tool("megahour"),
+            "robotlogs",
+            "convert",
+            str(DATASET),
+            str(tmp_path / "out"),
+            "--mapping",
+            str(mapping),
+            "--episode-id",
+            "so100-run",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    episodes = json.loads(done.stdout)["episodes"]
+    assert [e["episode_id"] for e in episodes] == ["so100-run-000000", "so100-run-000001"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == [
+        "so100-run-000000.mcap",
+        "so100-run-000001.mcap",
+    ]
+    assert "warning:" in done.stderr and "mis-ordered" in done.stderr
+
+
+def test_the_cli_refuses_a_plain_folder_and_a_bad_label_in_one_line(tmp_path) -> None:
+    mapping = tmp_path / "so100.yaml"
+    mapping.write_text(yaml.safe_dump(MAPPING))
+    for source, extra, words in [
+        (tmp_path, [], "is a folder without meta/info.json"),
+        (DATASET, ["--label", "task"], "--label 'task' is not KEY=VALUE"),
+    ]:
+        done = subprocess.run(
+            [
+                tool("megahour"),
+                "robotlogs",
+                "convert",
+                str(source),
+                str(tmp_path / "o"),
+                "--mapping",
+                str(mapping),
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        assert done.returncode == 1 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
