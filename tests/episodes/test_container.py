@@ -309,9 +309,23 @@ def test_topics_megahour_does_not_decode_travel_as_recorded(raw_episode, tmp_pat
         assert reader.read_sample(layout.sample_spec("vla"), t).frames
         spec = layout.SampleSpec("imu", series=(layout.SeriesWindow(("/imu",), 0.1, 0.0),))
         with pytest.raises(
-            UnknownSchemaError, match=r"topic /imu: sample spec 'imu' would decode a raw topic"
+            UnknownSchemaError, match=r"topic /imu: sample spec 'imu' would decode a raw topic.*raw: windows"
         ):
             reader.read_sample(spec, t)
+        # a raw window returns the messages as recorded, with the other windows of the same sample
+        both = layout.SampleSpec(
+            "imu",
+            frames=(layout.FrameWindow(("/camera/*",), frames=2),),
+            raw=(layout.RawWindow(("/imu", "/wrench*"), before_s=0.05, after_s=0.0),),
+        )
+        sample = reader.read_sample(both, t)
+        lo = t - 50_000_000
+        assert sample.raw["/imu"] == [
+            (m.log_time, m.data) for m in with_imu.messages["/imu"] if lo <= m.log_time <= t
+        ]
+        assert len(sample.raw["/imu"]) == 6 and set(sample.raw) == {"/imu", "/wrench[0]"}
+        assert sorted(sample.frames) == sorted(t for t in recording.topics if t.startswith("/camera/"))
+        assert reader.index.channels["/imu"].schema_encoding == "ros2msg"
 
 
 def test_missing_topic_in_spec_and_in_require(tuned, raw_episode, tmp_path) -> None:

@@ -123,3 +123,84 @@ def test_sample_reach_counts_frames_and_series() -> None:
     spec = layout.sample_spec("vla")
     before, after = spec.reach_ns({"/camera/scene/image": 30.0, "/camera/wrist/image": 30.0})
     assert before == 2_000_000_000 and after == 1_000_000_000
+
+
+# --- sample specs: patterns and files ---------------------------------------------------------------
+
+
+def test_patterns_resolve_against_the_episodes_topics() -> None:
+    topics = ["/camera/front", "/camera/wrist", "/joint_states", "/action", "/imu"]
+    spec = layout.sample_spec("vla_any").resolve(topics)
+    assert spec.frames[0].topics == ("/camera/front", "/camera/wrist")
+    assert spec.series[0].topics == ("/joint_states",)  # no gripper: the pattern matches nothing, fine
+    assert spec.resolved and spec.resolve(topics) is spec
+    # exact names stay, present or not (the reader names the missing one)
+    assert layout.sample_spec("vla").resolve(topics) is layout.sample_spec("vla")
+    with pytest.raises(LayoutError, match=r"'vla_any': /camera/\* match no topic of the episode \(it has /a"):
+        layout.sample_spec("vla_any").resolve(["/a", "/joint_states", "/action"])
+
+
+topic_names = st.lists(
+    st.sampled_from(["/camera/a", "/camera/b/image", "/cam", "/joint_states", "/x[1]"]), unique=True
+)
+
+
+@given(
+    available=topic_names,
+    entries=st.lists(st.sampled_from(["/camera/*", "/x*", "/cam?", "/joint_states"]), min_size=1),
+)
+def test_a_resolved_window_holds_exactly_what_its_entries_match(available, entries) -> None:
+    import fnmatch
+
+    spec = layout.SampleSpec("p", series=(layout.SeriesWindow(tuple(entries), 1.0, 0.0),))
+    if not any(layout.is_pattern(e) for e in entries):
+        assert spec.resolve(available) is spec  # names only: nothing to resolve
+        return
+    want = [
+        t
+        for e in entries
+        for t in (sorted(a for a in available if fnmatch.fnmatchcase(a, e)) if layout.is_pattern(e) else [e])
+    ]
+    want = list(dict.fromkeys(want))
+    if not want:
+        with pytest.raises(LayoutError):
+            spec.resolve(available)
+        return
+    assert spec.resolve(available).series[0].topics == tuple(want)
+
+
+def test_a_spec_file_needs_no_code() -> None:
+    spec = layout.parse_spec(
+        {
+            "name": "pick",
+            "frames": [{"topics": ["/camera/*"], "frames": 2, "stride": 3}],
+            "series": [{"topics": ["/joint_states"], "before_s": 1.5}],
+            "raw": [{"topics": ["/imu"], "before_s": 0.5, "after_s": 0.1}],
+        },
+        "pick.yaml",
+    )
+    assert spec == layout.SampleSpec(
+        "pick",
+        frames=(layout.FrameWindow(("/camera/*",), 2, 3),),
+        series=(layout.SeriesWindow(("/joint_states",), 1.5, 0.0),),
+        raw=(layout.RawWindow(("/imu",), 0.5, 0.1),),
+    )
+    resolved = spec.resolve(["/camera/front", "/joint_states", "/imu"])
+    assert resolved.reach_ns({"/camera/front": 10.0}) == (1_500_000_000, 100_000_000)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"frames": []}, "a mapping with a name:"),
+        ({"name": "x", "windows": []}, "unknown key 'windows'"),
+        ({"name": "x", "frames": [{"topics": ["/c"]}]}, r"frames\[0\]: give frames, topics"),
+        ({"name": "x", "frames": [{"topics": ["/c"], "frames": 0}]}, "frames and stride must be at least 1"),
+        ({"name": "x", "series": [{"topics": [], "before_s": 1}]}, "topics is a list"),
+        ({"name": "x", "raw": [{"topics": ["/imu"], "before_s": -1}]}, "must not be negative"),
+        ({"name": "x"}, "reads nothing"),
+    ],
+)
+def test_a_bad_spec_file_names_the_key_and_the_fix(data, message) -> None:
+    with pytest.raises(LayoutError, match=message):
+        layout.parse_spec(data, "spec.yaml")

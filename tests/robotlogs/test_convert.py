@@ -325,3 +325,64 @@ def test_a_topic_on_two_channels_with_different_schemas_is_refused(tmp_path) -> 
     )
     with pytest.raises(EpisodeError, match=r"topic /imu: is recorded on two channels with different schemas"):
         convert_file(path, tmp_path / "raw.mcap", parse_mapping(writers.MAPPING))
+
+
+def test_a_spec_file_reads_the_robots_own_cameras_and_its_raw_imu(tmp_path) -> None:
+    """No code for another robot: a spec file names the cameras by pattern and reads the IMU as recorded,
+    which the official ROS 2 decoder then decodes from the schema the episode carries."""
+    from mcap.records import Schema
+    from mcap_ros2.decoder import DecoderFactory
+
+    from megahour.episodes import specfile
+    from megahour.episodes.reader import EpisodeReader
+    from megahour.episodes.transcode import transcode
+
+    convert_file(
+        writers.write_ros2_mcap(tmp_path / "rec.mcap"), tmp_path / "raw.mcap", parse_mapping(writers.MAPPING)
+    )
+    transcode(tmp_path / "raw.mcap", tmp_path / "tuned.mcap")
+    spec_path = tmp_path / "arm.yaml"
+    spec_path.write_text(
+        yaml.safe_dump(
+            {
+                "name": "arm_step",
+                "frames": [{"topics": ["/camera/*"], "frames": 2}],
+                "series": [{"topics": ["/joint_states"], "before_s": 0.2}],
+                "raw": [{"topics": ["/imu"], "before_s": 0.05}],
+            }
+        )
+    )
+    spec = specfile.load(spec_path)
+    with EpisodeReader(tmp_path / "tuned.mcap") as reader:
+        t = reader.start_ns + 500_000_000
+        sample = reader.read_sample(spec, t)
+        info = reader.index.channels["/imu"]
+    assert sorted(sample.frames) == ["/camera/front", "/camera/wrist"]
+    assert all(frames.shape[0] == 2 for frames in sample.frames.values())
+    assert sample.series["/joint_states"].shape[0] >= 4
+    assert 5 <= len(sample.raw["/imu"]) <= 6
+    decode = DecoderFactory().decoder_for(
+        info.message_encoding,
+        Schema(id=1, name=info.schema, encoding=info.schema_encoding, data=info.schema_data),
+    )
+    log_time, data = sample.raw["/imu"][-1]
+    k = (log_time - writers.T0 - 300) // writers.IMU_PERIOD
+    assert decode(data).angular_velocity.x == pytest.approx(0.1 * k)
+    done = subprocess.run(
+        [
+            tool("megahour"),
+            "episodes",
+            "bench",
+            str(tmp_path / "tuned.mcap"),
+            "--spec-file",
+            str(spec_path),
+            "--samples",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["spec"] == "arm_step"

@@ -19,9 +19,9 @@ DEFAULT_CONFIG = "/etc/megahour/cache.yml"
 def errors() -> tuple[type[BaseException], ...]:
     from megahour.curation.errors import CurationError
     from megahour.delivery.client import DeliveryError
-    from megahour.episodes.errors import EpisodeError
+    from megahour.episodes.errors import EpisodeError, LayoutError
 
-    return (DeliveryError, CurationError, EpisodeError)
+    return (DeliveryError, CurationError, EpisodeError, LayoutError)
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:
@@ -29,9 +29,8 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
 
 
 def register(subparsers: cliutil.Subparsers) -> None:
-    from megahour.episodes.layout import SAMPLE_SPECS
+    from megahour.episodes import specfile
 
-    specs = sorted(SAMPLE_SPECS)
     cache = cliutil.add_group(
         subparsers, "cache", help="the NVMe cache tier: warm it from a manifest, read, status", errors=errors
     )
@@ -43,9 +42,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
         exits={0: "every page range was read", 1: cliutil.FAILED},
     )
     p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest fetch)")
-    p.add_argument(
-        "--spec", default="vla", choices=specs, help="sample spec the training reads (its topic groups)"
-    )
+    specfile.add_arguments(p, "sample spec the training reads (its topic groups)")
     p.add_argument("--parallel", type=int, default=4, help="page ranges read at once")
     p.add_argument(
         "--direct", action="store_true", help="read the same page ranges from the under-store (baseline)"
@@ -76,7 +73,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
     p.add_argument("--epoch", type=int, default=0, help="first epoch")
     p.add_argument("--epochs", type=int, default=1, help="epochs to read")
     p.add_argument("--seed", type=int, default=0, help="the shuffle's seed")
-    p.add_argument("--spec", default="vla", choices=specs, help="sample spec the training reads")
+    specfile.add_arguments(p, "sample spec the training reads")
     p.add_argument("--step-time", type=float, default=0.0, help="simulated training step, seconds")
     p.add_argument("--prefetch", type=int, default=4, help="samples read ahead on a background thread")
     p.add_argument("--workers", type=int, default=1, help="samples read at once (a data loader's workers)")
@@ -95,12 +92,13 @@ def _client(args: argparse.Namespace):
 
 def _cmd_warm(args: argparse.Namespace, console: Console) -> int:
     from megahour.delivery import manifest_refs, warm
-    from megahour.episodes.layout import sample_spec
+    from megahour.episodes.specfile import from_args
 
     client = _client(args)
     refs = manifest_refs.all_refs(args.manifest, client.config)
     console.print(f"planning: {len(refs)} rows, {len({r.key for r in refs})} episodes", highlight=False)
-    warm_plan = warm.plan(client, refs, sample_spec(args.spec))
+    spec = from_args(args)
+    warm_plan = warm.plan(client, refs, spec)
     total = warm_plan.bytes(client.config.geometry)
     bar, update = cliutil.progress(console, "read (no cache)" if args.direct else "warm")
     done = 0
@@ -114,7 +112,7 @@ def _cmd_warm(args: argparse.Namespace, console: Console) -> int:
 
     with bar:
         result = warm.warm(client, warm_plan, progress=advance, parallel=args.parallel)
-    report = {"manifest": args.manifest, "spec": args.spec, "direct": args.direct, **result.to_dict()}
+    report = {"manifest": args.manifest, "spec": spec.name, "direct": args.direct, **result.to_dict()}
     report["client"] = client.stats.to_dict()
     cliutil.emit(
         args,
@@ -150,7 +148,7 @@ def _epoch_report(refs, delivered, steps, before, after, hit_ratio) -> dict:
 
 def _cmd_read(args: argparse.Namespace, console: Console) -> int:
     from megahour.delivery import loader, manifest_refs, status
-    from megahour.episodes.layout import sample_spec
+    from megahour.episodes.specfile import from_args
 
     client = _client(args)
     epochs = []
@@ -158,7 +156,7 @@ def _cmd_read(args: argparse.Namespace, console: Console) -> int:
         # One flushed line per sample, so a watcher sees the epoch's progress as it happens.
         trace = stack.enter_context(open(args.trace, "a", buffering=1)) if args.trace else None
         cache_loader = stack.enter_context(
-            loader.CacheLoader(client, sample_spec(args.spec), seed=args.seed, workers=args.workers)
+            loader.CacheLoader(client, from_args(args), seed=args.seed, workers=args.workers)
         )
         for epoch in range(args.epoch, args.epoch + args.epochs):
             refs = manifest_refs.epoch_refs(

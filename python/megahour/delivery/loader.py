@@ -166,8 +166,7 @@ class CacheLoader:
             stale.close()
 
     def sample_time(self, reader: EpisodeReader, epoch: int, index: int) -> int:
-        rates = {t: reader.rate_hz(t) for w in self.spec.frames for t in w.topics}
-        before, after = self.spec.reach_ns(rates)
+        before, after = reader.reach_ns(self.spec)
         lo, hi = reader.start_ns + before, reader.end_ns - after
         if hi < lo:
             raise EpisodeError(

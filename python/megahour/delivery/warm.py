@@ -38,7 +38,7 @@ class RecordingSource(RangeSource):
 
 def needed_spans(reader: EpisodeReader, spec: SampleSpec) -> list[tuple[int, int]]:
     """Byte spans of every chunk holding a topic the spec reads (chunk groups, or plain MCAP chunks)."""
-    topics = set(spec.topics())
+    topics = set(reader.spec_for(spec).topics())
     channel_ids = {reader.index.channels[t].id for t in topics if t in reader.index.channels}
     return [
         (c.chunk_start_offset, c.chunk_length)

@@ -89,6 +89,7 @@ def bench_location(
     progress: Callable[[int, int], None] | None = None,
 ) -> ReadFigures:
     with EpisodeReader(location) as reader:
+        spec = reader.spec_for(spec)
         rates = {t: reader.rate_hz(t) for w in spec.frames for t in w.topics if t in reader.index.channels}
         reader.check_window(spec, reader.start_ns + spec.reach_ns(rates)[0])
         times = valid_times(reader.start_ns, reader.end_ns, spec.reach_ns(rates), samples, seed)

@@ -37,7 +37,8 @@ def errors() -> tuple[type[BaseException], ...]:
 
 
 def register(subparsers: cliutil.Subparsers) -> None:
-    from megahour.episodes.layout import READ_PATTERNS, SAMPLE_SPECS
+    from megahour.episodes import specfile
+    from megahour.episodes.layout import READ_PATTERNS
 
     eps = cliutil.add_group(
         subparsers, "episodes", help="episode container: simulate, transcode, inspect, bench", errors=errors
@@ -104,7 +105,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
         exits={0: "the samples were read", 1: FAILED},
     )
     p.add_argument("episode", help="path or URL (http://, or any fsspec URL)")
-    p.add_argument("--spec", default="vla", choices=sorted(SAMPLE_SPECS), help="sample spec")
+    specfile.add_arguments(p)
     p.add_argument("--samples", type=int, default=50, help="random samples to read")
     p.add_argument("--seed", type=int, default=0, help="fixes which samples are read")
     p.add_argument(
@@ -227,11 +228,11 @@ def _cmd_inspect(args: argparse.Namespace, console: Console) -> int:
 def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
     from megahour.episodes.bench import bench_location
     from megahour.episodes.httpserve import RangeServer
-    from megahour.episodes.layout import sample_spec
+    from megahour.episodes.specfile import from_args
 
     cliutil.refuse_directory(args.episode, "an episode file")
-    spec = sample_spec(args.spec)
-    bar, update = cliutil.progress(console, f"read {args.spec} samples")
+    spec = from_args(args)
+    bar, update = cliutil.progress(console, f"read {spec.name} samples")
     with bar:
         if args.latency_ms is not None:
             path = Path(args.episode).resolve()
@@ -239,12 +240,12 @@ def _cmd_bench(args: argparse.Namespace, console: Console) -> int:
                 figures = bench_location(server.url(path), spec, args.samples, args.seed, update)
         else:
             figures = bench_location(args.episode, spec, args.samples, args.seed, update)
-    result = {"episode": args.episode, "spec": args.spec, "latency_ms": args.latency_ms, **figures.to_dict()}
+    result = {"episode": args.episode, "spec": spec.name, "latency_ms": args.latency_ms, **figures.to_dict()}
     cliutil.emit(
         args,
         console,
         result,
-        f"{args.samples} {args.spec} samples: {figures.fetches_per_sample:.2f} fetches and "
+        f"{args.samples} {spec.name} samples: {figures.fetches_per_sample:.2f} fetches and "
         f"{figures.bytes_per_sample / 1024:.0f} KiB per sample, latency mean "
         f"{figures.latency_mean_s * 1000:.1f} ms, p99 {figures.latency_p99_s * 1000:.1f} ms",
     )

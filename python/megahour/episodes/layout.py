@@ -12,6 +12,7 @@ The layout follows how data is read, not what its schema is:
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import fnmatch
 import glob
 from collections.abc import Iterable, Sequence
@@ -142,6 +143,15 @@ def resolve_layout(pattern: str | ReadPattern, groups: Sequence[TopicGroup], top
 # --- sample specs -------------------------------------------------------------------------------
 
 
+# A window's topics are exact names or fnmatch patterns ("/camera/*": every camera, whatever the robot
+# calls them). ``SampleSpec.resolve`` expands them against one episode's topics: an exact name must be
+# there, a pattern may match none, and a window whose entries match nothing is refused.
+
+
+def is_pattern(topic: str) -> bool:
+    return any(c in topic for c in "*?[")
+
+
 @dataclass(frozen=True)
 class FrameWindow:
     """``frames`` frames per topic, ``stride`` frames apart, the last one at or before t."""
@@ -165,16 +175,62 @@ class SeriesWindow:
 
 
 @dataclass(frozen=True)
+class RawWindow(SeriesWindow):
+    """Every message in [t - before_s, t + after_s] per topic, as recorded: (log time, bytes), for topics
+    megahour does not decode (an IMU, forces, your own messages); decode them with the topic's schema."""
+
+
+@dataclass(frozen=True)
 class SampleSpec:
     name: str
     frames: tuple[FrameWindow, ...] = ()
     series: tuple[SeriesWindow, ...] = ()
+    raw: tuple[RawWindow, ...] = ()
+    # Set by ``resolve``: the topics are names as they are (a recorded name may hold a '[' or a '*').
+    literal: bool = field(default=False, compare=False, repr=False)
+
+    def windows(self) -> tuple[FrameWindow | SeriesWindow, ...]:
+        return (*self.frames, *self.series, *self.raw)
 
     def topics(self) -> list[str]:
         out: list[str] = []
-        for window in (*self.frames, *self.series):
+        for window in self.windows():
             out.extend(t for t in window.topics if t not in out)
         return out
+
+    @property
+    def resolved(self) -> bool:
+        return self.literal or not any(is_pattern(t) for t in self.topics())
+
+    def resolve(self, available: Iterable[str]) -> SampleSpec:
+        """The spec with each pattern replaced by the ``available`` topics it matches (sorted, each topic
+        once per window); exact names are kept, present or not (the reader says which is missing).
+        LayoutError for a window whose entries match no topic at all."""
+        if self.resolved:
+            return self
+        available = sorted(available)
+
+        def expand(window):
+            topics: list[str] = []
+            for entry in window.topics:
+                matches = (
+                    [t for t in available if fnmatch.fnmatchcase(t, entry)] if is_pattern(entry) else [entry]
+                )
+                topics.extend(t for t in matches if t not in topics)
+            if not topics:
+                raise LayoutError(
+                    f"sample spec {self.name!r}: {', '.join(window.topics)} match no topic of the episode "
+                    f"(it has {', '.join(available) or 'none'}); name the topics, or use a spec for these"
+                )
+            return dataclasses.replace(window, topics=tuple(topics))
+
+        return SampleSpec(
+            self.name,
+            frames=tuple(expand(w) for w in self.frames),
+            series=tuple(expand(w) for w in self.series),
+            raw=tuple(expand(w) for w in self.raw),
+            literal=True,
+        )
 
     def reach_ns(self, frame_rate_hz: dict[str, float]) -> tuple[int, int]:
         """How far before and after t the sample reaches, in ns."""
@@ -183,7 +239,7 @@ class SampleSpec:
             for topic in window.topics:
                 period = NS / frame_rate_hz[topic]
                 before = max(before, round((window.frames - 1) * window.stride * period))
-        for window in self.series:
+        for window in (*self.series, *self.raw):
             before = max(before, round(window.before_s * NS))
             after = max(after, round(window.after_s * NS))
         return before, after
@@ -209,6 +265,16 @@ SAMPLE_SPECS: dict[str, SampleSpec] = {
             SeriesWindow(("/action",), before_s=0.0, after_s=0.2),
         ),
     ),
+    # The VLA step for any robot: every camera (whatever the robot calls them), the joint states and a
+    # gripper if there is one, the action chunk.
+    "vla_any": SampleSpec(
+        "vla_any",
+        frames=(FrameWindow(("/camera/*",), frames=4),),
+        series=(
+            SeriesWindow(("/joint_states", "/gripper/*"), before_s=2.0, after_s=0.0),
+            SeriesWindow(("/action",), before_s=0.0, after_s=1.0),
+        ),
+    ),
     # A world-model clip: 2 s of contiguous frames from two cameras with the actions over the clip.
     "world_model": SampleSpec(
         "world_model",
@@ -219,12 +285,73 @@ SAMPLE_SPECS: dict[str, SampleSpec] = {
 
 
 def sample_spec(name: str) -> SampleSpec:
+    """A built-in spec by name (``megahour.episodes.specfile.load`` also reads spec files)."""
     try:
         return SAMPLE_SPECS[name]
     except KeyError:
         raise LayoutError(
-            f"unknown sample spec {name!r}; use one of {', '.join(sorted(SAMPLE_SPECS))}"
+            f"unknown sample spec {name!r}; use one of {', '.join(sorted(SAMPLE_SPECS))}, "
+            "or a spec file (.yaml)"
         ) from None
+
+
+_WINDOW_KEYS = {
+    "frames": ({"topics", "frames", "stride"}, {"topics", "frames"}),
+    "series": ({"topics", "before_s", "after_s"}, {"topics"}),
+    "raw": ({"topics", "before_s", "after_s"}, {"topics"}),
+}
+
+
+def parse_spec(data: object, source: str = "(inline)") -> SampleSpec:
+    """A sample spec from its YAML form, so a robot with other cameras or raw topics needs no code::
+
+        name: pick_step
+        frames: [{topics: ["/camera/*"], frames: 4}]                  # stride: 1
+        series: [{topics: ["/joint_states"], before_s: 2.0}, {topics: ["/action"], after_s: 1.0}]
+        raw: [{topics: ["/imu"], before_s: 0.5}]                      # messages as recorded
+
+    LayoutError names the key and the fix."""
+    if not isinstance(data, dict) or not isinstance(data.get("name"), str) or not data["name"]:
+        raise LayoutError(f"{source}: a sample spec is a mapping with a name:, frames:, series: and raw:")
+    unknown = sorted(set(data) - {"name", *_WINDOW_KEYS})
+    if unknown:
+        raise LayoutError(f"{source}: unknown key {unknown[0]!r}; use name, frames, series and raw")
+    windows: dict[str, list] = {}
+    for kind, (allowed, required) in _WINDOW_KEYS.items():
+        entries = data.get(kind) or []
+        if not isinstance(entries, list):
+            raise LayoutError(f"{source}: {kind} is not a list of windows")
+        windows[kind] = []
+        for i, entry in enumerate(entries):
+            where = f"{source}: {kind}[{i}]"
+            if not isinstance(entry, dict) or set(entry) - allowed or required - set(entry):
+                raise LayoutError(
+                    f"{where}: give {', '.join(sorted(required))} (and only {', '.join(sorted(allowed))})"
+                )
+            topics = entry["topics"]
+            if (
+                not isinstance(topics, list)
+                or not topics
+                or not all(isinstance(t, str) and t for t in topics)
+            ):
+                raise LayoutError(f"{where}: topics is a list of topic names or patterns")
+            try:
+                if kind == "frames":
+                    frames, stride = int(entry["frames"]), int(entry.get("stride", 1))
+                    if frames < 1 or stride < 1:
+                        raise ValueError("frames and stride must be at least 1")
+                    windows[kind].append(FrameWindow(tuple(topics), frames, stride))
+                else:
+                    before, after = float(entry.get("before_s", 0.0)), float(entry.get("after_s", 0.0))
+                    if before < 0 or after < 0:
+                        raise ValueError("before_s and after_s must not be negative")
+                    cls = RawWindow if kind == "raw" else SeriesWindow
+                    windows[kind].append(cls(tuple(topics), before, after))
+            except (TypeError, ValueError) as exc:
+                raise LayoutError(f"{where}: {exc}") from None
+    if not any(windows.values()):
+        raise LayoutError(f"{source}: the spec reads nothing; give at least one window")
+    return SampleSpec(data["name"], tuple(windows["frames"]), tuple(windows["series"]), tuple(windows["raw"]))
 
 
 # --- index math -----------------------------------------------------------------------------------

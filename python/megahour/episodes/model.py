@@ -98,7 +98,9 @@ class Sample:
     """One training sample. Arrays are numpy; ``to_torch()`` converts them.
 
     ``frames[topic]`` is uint8 [N, H, W, 3]; ``series[topic]`` is float64 [N, D] with its times (ns) in
-    ``series_times[topic]``. For JointStates, D is positions, then velocities, then efforts.
+    ``series_times[topic]``. For JointStates, D is positions, then velocities, then efforts. ``raw[topic]``
+    is the messages of a raw window as recorded, [(log time ns, bytes)]: decode them with the topic's
+    schema (``EpisodeReader.index.channels[topic]``: schema name, encoding, definition).
     """
 
     t_ns: int
@@ -106,6 +108,7 @@ class Sample:
     frame_times: dict = field(default_factory=dict)
     series: dict = field(default_factory=dict)
     series_times: dict = field(default_factory=dict)
+    raw: dict = field(default_factory=dict)
     stats: ReadStats = field(default_factory=ReadStats)
 
     def to_torch(self) -> dict:

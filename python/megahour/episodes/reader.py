@@ -20,6 +20,7 @@ from megahour.episodes import layout as plan
 from megahour.episodes import mcapio, schemas, video
 from megahour.episodes.errors import (
     CorruptEpisodeError,
+    LayoutError,
     MissingTopicError,
     SampleWindowError,
     UnknownSchemaError,
@@ -124,7 +125,25 @@ class EpisodeReader:
 
     # --- planning -------------------------------------------------------------------------------
 
+    def spec_for(self, spec: SampleSpec) -> SampleSpec:
+        """``spec`` with its patterns ("/camera/*") resolved against this episode's topics."""
+        if spec.resolved:
+            return spec
+        try:
+            return spec.resolve(self.index.channels)
+        except LayoutError as exc:
+            raise MissingTopicError(self.name, str(exc), fix="use a spec for the topics present") from None
+
+    def reach_ns(self, spec: SampleSpec) -> tuple[int, int]:
+        """How far before and after t a sample of ``spec`` reaches in this episode."""
+        spec = self.spec_for(spec)
+        return spec.reach_ns({t: self.rate_hz(t) for w in spec.frames for t in w.topics})
+
     def check_window(self, spec: SampleSpec, t_ns: int) -> None:
+        spec = self.spec_for(spec)
+        raw_only = {t for w in spec.raw for t in w.topics} - {
+            t for w in (*spec.frames, *spec.series) for t in w.topics
+        }
         for topic in spec.topics():
             if topic not in self.index.channels:
                 raise MissingTopicError(
@@ -134,17 +153,15 @@ class EpisodeReader:
                     fix=f"use a spec for the topics present: {', '.join(sorted(self.index.channels))}",
                 )
             info = self.index.channels[topic]
-            if not info.decodable:
+            if not info.decodable and topic not in raw_only:
                 raise UnknownSchemaError(
                     self.name,
                     f"sample spec {spec.name!r} would decode a raw topic "
                     f"(schema {info.schema or '(none)'!r})",
                     topic=topic,
-                    fix="raw topics travel in the episode as recorded, but no sample spec decodes them yet; "
-                    "leave the topic out of the spec",
+                    fix="read it in the spec's raw: windows, which return its messages as recorded",
                 )
-        rates = {t: self.rate_hz(t) for w in spec.frames for t in w.topics}
-        before, after = spec.reach_ns(rates)
+        before, after = self.reach_ns(spec)
         lo, hi = t_ns - before, t_ns + after
         if lo < self.start_ns or hi > self.end_ns:
             raise SampleWindowError(
@@ -156,6 +173,7 @@ class EpisodeReader:
 
     def requests(self, spec: SampleSpec, t_ns: int) -> list[TopicRequest]:
         """The time span to fetch per topic (video spans start at the keyframe before the first frame)."""
+        spec = self.spec_for(spec)
         out: list[TopicRequest] = []
         for window in spec.frames:
             for topic in window.topics:
@@ -173,7 +191,7 @@ class EpisodeReader:
                     pos = max(0, bisect.bisect_right(keyframes, first) - 1)
                     first = min(first, keyframes[pos])
                 out.append(TopicRequest(topic, first, t_ns))
-        for window in spec.series:
+        for window in (*spec.series, *spec.raw):
             lo, hi = window.bounds(t_ns)
             out.extend(TopicRequest(topic, lo, hi) for topic in window.topics)
         return out
@@ -201,6 +219,7 @@ class EpisodeReader:
     # --- reading --------------------------------------------------------------------------------
 
     def read_sample(self, spec: SampleSpec, t_ns: int) -> Sample:
+        spec = self.spec_for(spec)
         self.check_window(spec, t_ns)
         fetches0, bytes0, _ = self.source.counter.snapshot()
         began = time.perf_counter()
@@ -234,6 +253,10 @@ class EpisodeReader:
                 sample.series_times[topic] = np.array([ts for ts, _ in picked], dtype=np.int64)
                 rows = [schemas.decode_joints(data) for _, data in picked]
                 sample.series[topic] = np.stack(rows) if rows else np.zeros((0, 0))
+        for window in spec.raw:
+            lo, hi = window.bounds(t_ns)
+            for topic in window.topics:
+                sample.raw[topic] = [(ts, data) for ts, data in found[topic] if lo <= ts <= hi]
         fetches1, bytes1, _ = self.source.counter.snapshot()
         sample.stats = ReadStats(
             fetches=fetches1 - fetches0,
