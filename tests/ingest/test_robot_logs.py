@@ -201,3 +201,45 @@ def test_a_landing_zone_and_an_episode_store_in_buckets(mixed_landing, warehouse
     assert warehouse.query_json(query)["data"] == rows["data"]
     # local copies of the landed recordings are staging, gone once the run succeeded
     assert not (RunDir(run_dir).staging / work.LANDED_DIR).exists()
+
+
+def test_a_lerobot_dataset_in_the_landing_zone_ingests_episode_by_episode(
+    warehouse, tmp_path, monkeypatch
+) -> None:
+    """A LeRobot dataset folder (written by LeRobot's own writer) lands as one raw episode per dataset
+    episode; a dataset whose video is damaged has its episodes quarantined where they lie."""
+    from tests.robotlogs.test_lerobot import DATASET, MAPPING
+
+    monkeypatch.setenv("MEGAHOUR_WAREHOUSE", warehouse.url)
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    shutil.copytree(DATASET, landing / "pick_cube")
+    shutil.copytree(DATASET, landing / "broken")
+    video = next((landing / "broken" / "videos" / "observation.images.front").rglob("*.mp4"))
+    video.write_bytes(video.read_bytes()[:1500])
+    for name in ("pick_cube", "broken"):
+        (landing / f"{name}.robot.yaml").write_text(yaml.safe_dump(MAPPING))
+    config = IngestConfig(
+        landing=str(landing),
+        storage=str(tmp_path / "storage"),
+        runs=str(tmp_path / "runs"),
+        worker_overhead_s=0,
+    )
+    assert [i.url for i in work.landing_files(landing)] == [
+        f"{landing}/broken#episode=0",
+        f"{landing}/broken#episode=1",
+        f"{landing}/pick_cube#episode=0",
+        f"{landing}/pick_cube#episode=1",
+    ]
+    summary, logs = run_all(config, warehouse, tmp_path / "runs" / "lerobot")
+    assert summary["succeeded"] and summary["registered"] == 2
+    assert sorted(p.name for p in (tmp_path / "storage" / "episodes").iterdir()) == [
+        "pick_cube-000000.mcap",
+        "pick_cube-000001.mcap",
+    ]
+    rows = {row[0]: row[1] for row in _quarantine_rows(warehouse)}
+    assert sorted(rows.values()) == [f"{landing}/broken#episode=0", f"{landing}/broken#episode=1"]
+    assert not (tmp_path / "storage" / "quarantine").exists()  # the dataset stays where it is
+    assert sum("1 dropped frames" in line for line in logs) == 4  # episode 1: two cameras, state, action
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")

@@ -38,7 +38,7 @@ from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
 from megahour.ingest.runfiles import RunDir, RunDirError, write_json
 from megahour.ingest.steps import enabled_steps, run_outcome, spec
 from megahour.objectstore import store
-from megahour.objectstore.location import is_remote, parse
+from megahour.objectstore.location import FILE, Location, is_remote, parse
 from megahour.objectstore.store import ObjectInfo, ObjectMissing, StoreError
 
 INGEST_VERSION = 1
@@ -194,13 +194,30 @@ def execute(
 
 def landing_files(landing: str | Path) -> list[ObjectInfo]:
     """The recordings in a landing zone (a folder or a bucket prefix), sorted; hidden files are uploads
-    still in flight."""
-    return [
+    still in flight. In a folder, a LeRobot dataset (a sub-folder with meta/info.json) gives one entry
+    per episode (``<dataset>#episode=<n>``, each with the dataset's bytes shared out)."""
+    found = [
         info
         for info in store.list_folder(str(landing))
         if Path(info.location.name).suffix.lower() in LANDING_SUFFIXES
         and not info.location.name.startswith(".")
     ]
+    if not is_remote(landing):
+        found += _lerobot_episodes(Path(landing))
+    return sorted(found, key=lambda info: info.location.key)
+
+
+def _lerobot_episodes(landing: Path) -> list[ObjectInfo]:
+    from megahour.robotlogs import lerobot
+
+    out = []
+    for folder in sorted(p for p in landing.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        if not lerobot.is_dataset(folder):
+            continue
+        episodes = lerobot.list_episodes(folder)
+        share = lerobot.dataset_bytes(folder) // max(1, len(episodes))
+        out += [ObjectInfo(Location(FILE, "", lerobot.episode_ref(folder, i)), share) for i in episodes]
+    return out
 
 
 def discover(ctx: StepContext) -> dict:
@@ -301,15 +318,22 @@ def check_raw(path: str) -> dict:
 
 
 def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str, landed: str = "") -> dict:
-    """Keep the recording at ``path`` (``landed``: the local copy of a recording in a bucket)."""
-    kept = object_store.put(Path(landed or path), ctx.storage, f"{QUARANTINE_KEY}/{parse(path).name}")
+    """Keep the recording at ``path`` (``landed``: the local copy of a recording in a bucket). An episode
+    of a LeRobot dataset is not copied (its bytes are shared with the dataset's other episodes): the
+    row points at it where it lies."""
+    if _dataset_episode(path) is not None:
+        kept_uri = path
+    else:
+        kept_uri = object_store.put(
+            Path(landed or path), ctx.storage, f"{QUARANTINE_KEY}/{parse(path).name}"
+        ).uri
     quarantine.record(
         ctx.warehouse(),
         [
             quarantine.QuarantineRecord(
                 episode_id=episode_id,
                 source=path,
-                stored=kept.uri,
+                stored=kept_uri,
                 reason=reason,
                 run_id=ctx.run_id,
                 quarantined_at=dt.datetime.now(dt.UTC),
@@ -317,7 +341,13 @@ def _quarantine(ctx: StepContext, path: str, episode_id: str, reason: str, lande
         ],
     )
     ctx.log(f"quarantined {episode_id}: {reason}")
-    return {"episode_id": episode_id, "source": path, "stored": kept.uri, "reason": reason}
+    return {"episode_id": episode_id, "source": path, "stored": kept_uri, "reason": reason}
+
+
+def _dataset_episode(path: str) -> tuple[Path, int] | None:
+    from megahour.robotlogs import lerobot
+
+    return lerobot.parse_ref(path)
 
 
 def fetch_landed(ctx: StepContext, path: str) -> str:
@@ -382,15 +412,20 @@ def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
     from megahour.robotlogs import formats
     from megahour.robotlogs.mapping import MappingError, load_mapping
 
-    kind = formats.detect(path)
-    if kind == formats.MEGAHOUR_MCAP:
+    dataset_episode = _dataset_episode(path)
+    if dataset_episode is None and formats.detect(path) == formats.MEGAHOUR_MCAP:
         return path, None
     # By the whole name: ep1.bag and ep1.h5 in one landing zone are two recordings.
-    out = ctx.run.staging / CONVERTED_DIR / f"{Path(path).name}.mcap"
+    name = (
+        Path(path).name
+        if dataset_episode is None
+        else f"{dataset_episode[0].name}-episode-{dataset_episode[1]}"
+    )
+    out = ctx.run.staging / CONVERTED_DIR / f"{name}.mcap"
     report_path = out.with_suffix(".json")
     if out.exists() and report_path.exists():
         return str(out), json.loads(report_path.read_text())
-    mapping_path = mapping_for(Path(path), _mapping_param(ctx))
+    mapping_path = mapping_for(dataset_episode[0] if dataset_episode else Path(path), _mapping_param(ctx))
     try:
         mapping = load_mapping(mapping_path)
     except MappingError as exc:
@@ -398,7 +433,10 @@ def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
     out.parent.mkdir(parents=True, exist_ok=True)
     discard_temps(out)
     try:
-        report = formats.convert_file(path, out, mapping).to_dict()
+        if dataset_episode is None:
+            report = formats.convert_file(path, out, mapping).to_dict()
+        else:
+            report = formats.convert_lerobot_episode(*dataset_episode, out, mapping).to_dict()
     except MappingError as exc:  # the mapping lacks what this recording needs: the lab's to fix
         raise ConfigFailed(str(exc)) from None
     report["mapping"] = str(mapping_path)

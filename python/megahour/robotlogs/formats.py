@@ -90,6 +90,31 @@ def convert_file(
         ) from exc
 
 
+def convert_lerobot_episode(
+    root: str | Path,
+    index: int,
+    out_path: str | Path,
+    mapping: RobotMapping,
+    labels: dict[str, str] | None = None,
+    episode_id: str | None = None,
+) -> ConversionReport:
+    """One episode of a LeRobot dataset into a raw episode (id: ``<folder>-<index:06d>``)."""
+    began = time.perf_counter()
+    root = Path(root)
+    episode_id = episode_id or f"{root.name}-{index:06d}"
+    try:
+        streams = lerobot.read_streams(root, mapping, index)
+        return write_converted(streams, mapping, out_path, labels, episode_id, began)
+    except (EpisodeError, MappingError):
+        raise
+    except _decode_failures() as exc:
+        raise CorruptEpisodeError(
+            lerobot.episode_ref(root, index),
+            f"does not decode ({type(exc).__name__}: {exc})",
+            fix="re-copy the dataset; if the copy is good, it was written damaged",
+        ) from exc
+
+
 def convert_dataset(
     root: str | Path,
     out_dir: str | Path,
@@ -105,21 +130,10 @@ def convert_dataset(
     episodes = lerobot.list_episodes(root)
     reports = []
     for done, index in enumerate(episodes, 1):
-        began = time.perf_counter()
         episode_id = f"{prefix}-{index:06d}"
-        try:
-            streams = lerobot.read_streams(root, mapping, index)
-            reports.append(
-                write_converted(streams, mapping, out_dir / f"{episode_id}.mcap", labels, episode_id, began)
-            )
-        except (EpisodeError, MappingError):
-            raise
-        except _decode_failures() as exc:
-            raise CorruptEpisodeError(
-                f"{root}#episode={index}",
-                f"does not decode ({type(exc).__name__}: {exc})",
-                fix="re-copy the dataset; if the copy is good, it was written damaged",
-            ) from exc
+        reports.append(
+            convert_lerobot_episode(root, index, out_dir / f"{episode_id}.mcap", mapping, labels, episode_id)
+        )
         if progress:
             progress(done, len(episodes))
     return reports

@@ -55,6 +55,26 @@ def is_dataset(path: str | Path) -> bool:
     return (Path(path) / "meta" / "info.json").is_file()
 
 
+# One episode of a dataset, where a file path is expected (ingestion's landing zone lists these).
+EPISODE_REF = "#episode="
+
+
+def episode_ref(root: str | Path, index: int) -> str:
+    return f"{root}{EPISODE_REF}{index}"
+
+
+def parse_ref(text: str) -> tuple[Path, int] | None:
+    """(the dataset folder, the episode index) of an ``episode_ref``; None for any other path."""
+    root, sep, index = str(text).rpartition(EPISODE_REF)
+    if not sep or not index.isdigit():
+        return None
+    return Path(root), int(index)
+
+
+def dataset_bytes(root: str | Path) -> int:
+    return sum(p.stat().st_size for p in Path(root).rglob("*") if p.is_file())
+
+
 def read_info(root: str | Path) -> DatasetInfo:
     root = Path(root)
     try:
