@@ -148,3 +148,101 @@ def test_the_cli_refuses_a_plain_folder_and_a_bad_label_in_one_line(tmp_path) ->
             check=False,
         )
         assert done.returncode == 1 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
+
+
+# --- export: a manifest's episodes as a LeRobot dataset ---------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tuned_episodes(tmp_path_factory):
+    """The fixture dataset's two episodes, converted and transcoded as ingestion stores them."""
+    from megahour.episodes.transcode import transcode
+
+    work = tmp_path_factory.mktemp("tuned")
+    out = []
+    for report in convert_dataset(DATASET, work / "raw", parse_mapping(MAPPING)):
+        tuned = work / f"{report.episode_id}.mcap"
+        transcode(report.output, tuned)
+        out.append(tuned)
+    return out
+
+
+def write_manifest(path: Path, episodes: list[Path]) -> Path:
+    import pyarrow as pa
+
+    from megahour.curation import manifest
+
+    ids = [p.stem for p in episodes]
+    table = pa.table(
+        {
+            "episode_id": ids + ids[:1],  # a manifest may sample an episode twice
+            "storage_uri": [p.as_uri() for p in episodes] + [episodes[0].as_uri()],
+            "task": ["pick the cube"] * (len(ids) + 1),
+        }
+    )
+    manifest.write_manifest(table, path, world_size=1, query="test", warehouse="none", warehouse_version="0")
+    return path
+
+
+def test_a_manifests_episodes_export_as_a_lerobot_dataset_that_reads_back(tuned_episodes, tmp_path) -> None:
+    import pyarrow.parquet as pq
+
+    manifest = write_manifest(tmp_path / "m.arrow", tuned_episodes)
+    done = subprocess.run(
+        [
+            tool("megahour"),
+            "robotlogs",
+            "export",
+            "--manifest",
+            str(manifest),
+            str(tmp_path / "ds"),
+            "--robot-type",
+            "so100",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert (report["episodes"], report["frames"], report["fps"]) == (2, 2 * fixture.FRAMES, fixture.FPS)
+    assert report["cameras"] == ["observation.images.front", "observation.images.wrist"]
+    info = json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())
+    # the same layout LeRobot's writer made for the fixture: keys, features and paths
+    original = json.loads((DATASET / "meta" / "info.json").read_text())
+    assert set(info) == set(original) and set(info["features"]) == set(original["features"])
+    assert info["data_path"] == original["data_path"] and info["video_path"] == original["video_path"]
+    data = pq.read_table(tmp_path / "ds" / "data" / "chunk-000" / "file-000.parquet")
+    theirs = pq.read_table(DATASET / "data" / "chunk-000" / "file-000.parquet")
+    assert data.schema.remove_metadata() == theirs.schema.remove_metadata()
+    # read back by megahour's LeRobot reader: frames, joints and the task of each episode
+    for episode in (0, 1):
+        streams = lerobot.read_streams(tmp_path / "ds", parse_mapping(MAPPING), episode)
+        assert [len(streams.cameras[c]) for c in ("front", "wrist")] == [fixture.FRAMES] * 2
+        assert streams.labels == {"task": "pick the cube", "embodiment": "so100"}
+        order = sorted(range(fixture.FRAMES), key=lambda i: fixture.timestamps(episode)[i])
+        got = video.decode_jpeg(streams.cameras["wrist"][6].jpeg).astype(int)
+        assert np.abs(got - fixture.image(episode, order[6], 1).astype(int)).mean() < 14
+        state = np.asarray(streams.joints["/joint_states"][6].position)
+        t = sorted(fixture.timestamps(episode))[6]
+        assert np.allclose(state, [np.sin(t + k) for k in range(3)], atol=1e-5)
+
+
+def test_an_export_refuses_an_existing_folder_and_leaves_nothing_when_it_fails(
+    tuned_episodes, tmp_path
+) -> None:
+    from megahour.robotlogs.lerobot_export import ExportEpisode, export
+
+    (tmp_path / "taken").mkdir()
+    with pytest.raises(EpisodeError, match="taken: exists"):
+        export([ExportEpisode(str(tuned_episodes[0]), "a", "t")], tmp_path / "taken")
+    with pytest.raises(EpisodeError):
+        export(
+            [
+                ExportEpisode(str(tuned_episodes[0]), "a", "t"),
+                ExportEpisode(str(tmp_path / "none.mcap"), "b", "t"),
+            ],
+            tmp_path / "half",
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]

@@ -21,10 +21,11 @@ FAILED = "an error: the message names the file, the mapping key or the topic, an
 
 
 def errors() -> tuple[type[BaseException], ...]:
+    from megahour.curation.errors import CurationError
     from megahour.episodes.errors import EpisodeError
     from megahour.robotlogs.mapping import MappingError
 
-    return (EpisodeError, MappingError, ImportError)
+    return (EpisodeError, MappingError, CurationError, ImportError)
 
 
 def register(subparsers: cliutil.Subparsers) -> None:
@@ -64,6 +65,39 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "the ids' prefix (default: the folder's name), as PREFIX-000042",
     )
     cliutil.add_json_flag(p)
+    register_export(group)
+
+
+def register_export(group) -> None:
+    p = cliutil.add_command(
+        group,
+        "export",
+        _cmd_export,
+        help="write a manifest's episodes as a LeRobot dataset (format v3.0)",
+        exits={0: "the dataset is written", 1: FAILED},
+    )
+    p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest build or fetch)")
+    p.add_argument("output", help="the dataset folder to create (it must not exist)")
+    p.add_argument("--robot-type", default="", help="the dataset's robot_type (e.g. so100)")
+    p.add_argument("--limit", type=int, help="export the manifest's first N episodes only")
+    cliutil.add_json_flag(p)
+
+
+def _cmd_export(args: argparse.Namespace, console: Console) -> int:
+    from megahour.robotlogs.lerobot_export import episodes_of_manifest, export
+
+    episodes = episodes_of_manifest(args.manifest, args.limit)
+    bar, update = cliutil.progress(console, "episodes")
+    with bar:
+        report = export(episodes, Path(args.output), args.robot_type, update)
+    cliutil.emit(
+        args,
+        console,
+        report.to_dict(),
+        f"wrote LeRobot dataset {report.output}: {report.episodes} episodes, {report.frames} frames at "
+        f"{report.fps} fps, cameras {', '.join(report.cameras)}",
+    )
+    return 0
 
 
 def _labels(pairs: list[str]) -> dict[str, str]:
