@@ -158,6 +158,10 @@ def test_a_bucket_root_is_read_signed_when_a_worker_fails(s3, monkeypatch) -> No
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
     with pytest.raises(DeliveryError, match=r"refused to read it .* bucket under"):
         transport.under_store_get("storage/a.mcap", 10, 5)
+    # where the nodes see the bucket's objects as files, those are read: no credentials needed
+    shared = s3.root / "under" / "lab"
+    local = HttpTransport(dataclasses.replace(config, local_root=str(shared)))
+    assert local.under_store_get("storage/a.mcap", 10, 5) == bytes(range(10, 15))
 
 
 def test_without_a_cache_tier_the_direct_client_reads_the_storage_uri_itself(tmp_path) -> None:

@@ -197,7 +197,9 @@ def test_a_spec_file_needs_no_code() -> None:
         ({"name": "x", "frames": [{"topics": ["/c"]}]}, r"frames\[0\]: give frames, topics"),
         ({"name": "x", "frames": [{"topics": ["/c"], "frames": 0}]}, "frames and stride must be at least 1"),
         ({"name": "x", "series": [{"topics": [], "before_s": 1}]}, "topics is a list"),
-        ({"name": "x", "raw": [{"topics": ["/imu"], "before_s": -1}]}, "must not be negative"),
+        ({"name": "x", "raw": [{"topics": ["/imu"], "before_s": -1}]}, "must be finite and not negative"),
+        ({"name": "x", "series": [{"topics": ["/j"], "before_s": float("nan")}]}, "must be finite"),
+        ({"name": "x", "frames": [{"topics": ["/c"], "frames": 2.5}]}, "whole numbers"),
         ({"name": "x"}, "reads nothing"),
     ],
 )

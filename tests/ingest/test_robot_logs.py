@@ -239,7 +239,59 @@ def test_a_lerobot_dataset_in_the_landing_zone_ingests_episode_by_episode(
         "pick_cube-000001.mcap",
     ]
     rows = {row[0]: row[1] for row in _quarantine_rows(warehouse)}
-    assert sorted(rows.values()) == [f"{landing}/broken#episode=0", f"{landing}/broken#episode=1"]
+    assert rows == {
+        "broken-000000": f"{landing}/broken#episode=0",
+        "broken-000001": f"{landing}/broken#episode=1",
+    }
     assert not (tmp_path / "storage" / "quarantine").exists()  # the dataset stays where it is
     assert sum("1 dropped frames" in line for line in logs) == 4  # episode 1: two cameras, state, action
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")
+
+
+def test_a_dataset_megahour_cannot_list_is_left_for_a_later_run(tmp_path) -> None:
+    import json as jsonlib
+
+    from tests.robotlogs.test_lerobot import DATASET
+
+    landing = tmp_path / "landing"
+    shutil.copytree(DATASET, landing / "old_format")
+    info = landing / "old_format" / "meta" / "info.json"
+    info.write_text(jsonlib.dumps({**jsonlib.loads(info.read_text()), "codebase_version": "v2.1"}))
+    writers.write_ros1_bag(landing / "ep.bag")
+    config = IngestConfig(landing=str(landing), storage=str(tmp_path / "s"), runs=str(tmp_path / "runs"))
+    logs: list[str] = []
+    found = work.execute("discover", tmp_path / "runs" / "r", config=config, log=logs.append)
+    assert [f["path"] for f in found["files"]] == [str(landing / "ep.bag")]
+    assert any("skipped" in line and "format v2.1" in line for line in logs)
+
+
+def test_a_mapping_in_a_bucket_that_is_missing_fails_the_step_and_a_corrected_one_is_used(
+    warehouse, tmp_path, s3, monkeypatch
+) -> None:
+    from megahour.objectstore import store
+
+    monkeypatch.setenv("MEGAHOUR_WAREHOUSE", warehouse.url)
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")
+    landing = store.bucket(s3.make_bucket("mapping-landing"))
+    landing.put_file(writers.write_ros1_bag(tmp_path / "ep.bag"), "site/ep.bag")
+    s3.make_bucket("mapping-store")
+    config = IngestConfig(
+        landing="s3://mapping-landing/site", storage="s3://mapping-store/v1", runs=str(tmp_path / "runs")
+    )
+    run_dir = tmp_path / "runs" / "r"
+    params = {"robot_mapping": "s3://mapping-landing/mappings/arm.yaml"}
+    work.execute("discover", run_dir, params=params, config=config, warehouse=warehouse)
+    work.execute("plan", run_dir, config=config, warehouse=warehouse)
+    with pytest.raises(
+        work.ConfigFailed, match=r"robot_mapping s3://mapping-landing/mappings/arm.yaml does not exist"
+    ):
+        work.execute("validate", run_dir, 0, config=config, warehouse=warehouse)
+    wrong = {**writers.MAPPING, "joint_names": ["shoulder", "elbo"]}
+    landing.put_bytes(yaml.safe_dump(wrong).encode(), "mappings/arm.yaml")
+    with pytest.raises(work.ConfigFailed, match="joint elbo is not in the message"):
+        work.execute("validate", run_dir, 0, config=config, warehouse=warehouse)
+    landing.put_bytes(yaml.safe_dump(writers.MAPPING).encode(), "mappings/arm.yaml")  # the lab's fix
+    result = work.execute("validate", run_dir, 0, config=config, warehouse=warehouse)
+    assert [e["episode_id"] for e in result["ok"]] == ["ep"] and result["quarantined"] == []
+    assert quarantine.reasons(warehouse) == {}
     warehouse.execute("DROP DATABASE IF EXISTS megahour")

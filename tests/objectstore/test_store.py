@@ -64,3 +64,30 @@ def test_a_missing_object_and_an_unreachable_store_say_which(s3, monkeypatch) ->
     monkeypatch.setattr(store, "RETRY", {"max_retries": 0})
     with pytest.raises(store.StoreError, match=r"could not read it at http://127.0.0.1:9 .*reachable"):
         store.bucket("there").head("x")
+
+
+def test_a_missing_object_or_bucket_is_object_missing_for_every_call(s3, tmp_path) -> None:
+    s3.make_bucket("sparse")
+    with pytest.raises(store.ObjectMissing, match=r"s3://sparse/none.bag: no such object"):
+        store.fetch("s3://sparse/none.bag", tmp_path / "x")
+    assert not (tmp_path / "x").exists()
+    (tmp_path / "f").write_bytes(b"x")
+    with pytest.raises(store.ObjectMissing, match=r"s3://no-such-bucket/k: no such object, or no bucket"):
+        store.bucket("no-such-bucket").put_file(tmp_path / "f", "k")
+    with pytest.raises(FileNotFoundError):  # the local file is the caller's, and stays an OSError
+        store.bucket("sparse").put_file(tmp_path / "absent", "k")
+
+
+def test_the_ca_bundle_is_a_file_as_for_the_aws_sdks(s3, monkeypatch, tmp_path) -> None:
+    import ssl
+
+    s3.make_bucket("tls")
+    monkeypatch.setenv(
+        "AWS_CA_BUNDLE", ssl.get_default_verify_paths().cafile or "/etc/ssl/certs/ca-certificates.crt"
+    )
+    store.bucket("tls").put_bytes(b"x", "k")  # the bundle parses (the endpoint here is plain http)
+    monkeypatch.setenv("AWS_CA_BUNDLE", str(tmp_path / "none.pem"))
+    with pytest.raises(
+        store.StoreError, match=r"AWS_CA_BUNDLE=.*none.pem: No such file or directory; point it"
+    ):
+        store.bucket("tls")

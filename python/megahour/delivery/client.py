@@ -340,10 +340,10 @@ class HttpTransport:
         if length == 0:
             return b""
         bucket_root = _s3_root(self.config.root_ufs)
-        # A bucket is read signed, unless the nodes see its objects as files and no endpoint is named.
-        if bucket_root is not None and (self.config.under_store_url or not self.config.local_root):
+        # A bucket is read signed, unless the nodes see its objects as files (which needs no credentials).
+        if bucket_root is not None and not self.config.local_root:
             return self._bucket_get(bucket_root, key, offset, length)
-        if not self.config.under_store_url:
+        if not self.config.under_store_url or bucket_root is not None:
             root = (self.config.local_root or self.config.root_ufs).removeprefix("file://")
             if "://" in root:
                 raise DeliveryError(
@@ -376,7 +376,7 @@ class HttpTransport:
         """A signed ranged GET of ``<root_ufs>/<key>`` (credentials from the environment or the
         instance; ``under_store_url``, when set, is the S3 endpoint)."""
         from megahour.objectstore import store
-        from megahour.objectstore.location import LocationError, parse
+        from megahour.objectstore.location import parse
 
         try:
             location = parse(root).child(key)
@@ -385,7 +385,7 @@ class HttpTransport:
             )
         except store.ObjectMissing:
             raise DeliveryError(f"{root}/{key}: not in the under-store (a stale manifest?)") from None
-        except (store.StoreError, LocationError) as exc:
+        except (store.StoreError, ValueError) as exc:  # ValueError: a bad location or credential setting
             raise DeliveryError(f"{key}: the under-store failed a range read: {exc}") from None
 
 

@@ -15,6 +15,7 @@ import bisect
 import dataclasses
 import fnmatch
 import glob
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
@@ -337,14 +338,16 @@ def parse_spec(data: object, source: str = "(inline)") -> SampleSpec:
                 raise LayoutError(f"{where}: topics is a list of topic names or patterns")
             try:
                 if kind == "frames":
-                    frames, stride = int(entry["frames"]), int(entry.get("stride", 1))
+                    frames, stride = entry["frames"], entry.get("stride", 1)
+                    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (frames, stride)):
+                        raise ValueError("frames and stride are whole numbers")
                     if frames < 1 or stride < 1:
                         raise ValueError("frames and stride must be at least 1")
                     windows[kind].append(FrameWindow(tuple(topics), frames, stride))
                 else:
                     before, after = float(entry.get("before_s", 0.0)), float(entry.get("after_s", 0.0))
-                    if before < 0 or after < 0:
-                        raise ValueError("before_s and after_s must not be negative")
+                    if not (math.isfinite(before) and math.isfinite(after)) or before < 0 or after < 0:
+                        raise ValueError("before_s and after_s must be finite and not negative")
                     cls = RawWindow if kind == "raw" else SeriesWindow
                     windows[kind].append(cls(tuple(topics), before, after))
             except (TypeError, ValueError) as exc:

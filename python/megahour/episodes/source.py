@@ -160,7 +160,12 @@ class ObjectSource(RangeSource):
             ) from exc
 
     def _read(self, offset: int, length: int) -> bytes:
-        return self._bucket.read_range(self._key, offset, length)
+        from megahour.objectstore.store import StoreError
+
+        try:
+            return self._bucket.read_range(self._key, offset, length)
+        except StoreError as exc:  # an I/O failure to the loader, which retries those
+            raise OSError(str(exc)) from None
 
 
 class FsspecSource(RangeSource):

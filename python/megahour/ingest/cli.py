@@ -22,8 +22,9 @@ def errors() -> tuple[type[BaseException], ...]:
     from megahour.curation.errors import CurationError
     from megahour.episodes.errors import EpisodeError
     from megahour.ingest.runfiles import RunDirError
+    from megahour.objectstore.store import StoreError
 
-    return (CurationError, ValueError, EpisodeError, RunDirError)
+    return (CurationError, ValueError, EpisodeError, RunDirError, StoreError)
 
 
 def _config_arg(p: argparse.ArgumentParser) -> None:

@@ -38,7 +38,7 @@ from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
 from megahour.ingest.runfiles import RunDir, RunDirError, write_json
 from megahour.ingest.steps import enabled_steps, run_outcome, spec
 from megahour.objectstore import store
-from megahour.objectstore.location import FILE, Location, is_remote, parse
+from megahour.objectstore.location import FILE, Location, LocationError, is_remote, parse
 from megahour.objectstore.store import ObjectInfo, ObjectMissing, StoreError
 
 INGEST_VERSION = 1
@@ -101,6 +101,7 @@ class StepContext:
     params: dict
     log: Log
     _warehouse: Warehouse | None = None
+    _mapping_file: str | None = None  # the run's robot_mapping as a local file, resolved once per step
 
     @property
     def run_id(self) -> str:
@@ -192,7 +193,7 @@ def execute(
 # -- run-level steps ----------------------------------------------------------------------------------
 
 
-def landing_files(landing: str | Path) -> list[ObjectInfo]:
+def landing_files(landing: str | Path, skipped: list[str] | None = None) -> list[ObjectInfo]:
     """The recordings in a landing zone (a folder or a bucket prefix), sorted; hidden files are uploads
     still in flight. In a folder, a LeRobot dataset (a sub-folder with meta/info.json) gives one entry
     per episode (``<dataset>#episode=<n>``, each with the dataset's bytes shared out)."""
@@ -203,18 +204,24 @@ def landing_files(landing: str | Path) -> list[ObjectInfo]:
         and not info.location.name.startswith(".")
     ]
     if not is_remote(landing):
-        found += _lerobot_episodes(Path(landing))
+        found += _lerobot_episodes(Path(landing), skipped if skipped is not None else [])
     return sorted(found, key=lambda info: info.location.key)
 
 
-def _lerobot_episodes(landing: Path) -> list[ObjectInfo]:
+def _lerobot_episodes(landing: Path, skipped: list[str]) -> list[ObjectInfo]:
+    """One entry per episode of each LeRobot dataset folder; a folder that cannot be listed (a format
+    megahour does not read, a copy still in progress) is left for a later run, and named in ``skipped``."""
     from megahour.robotlogs import lerobot
 
     out = []
     for folder in sorted(p for p in landing.iterdir() if p.is_dir() and not p.name.startswith(".")):
         if not lerobot.is_dataset(folder):
             continue
-        episodes = lerobot.list_episodes(folder)
+        try:
+            episodes = lerobot.list_episodes(folder)
+        except (EpisodeError, OSError, ValueError) as exc:
+            skipped.append(f"{folder}: {exc}")
+            continue
         share = lerobot.dataset_bytes(folder) // max(1, len(episodes))
         out += [ObjectInfo(Location(FILE, "", lerobot.episode_ref(folder, i)), share) for i in episodes]
     return out
@@ -224,12 +231,18 @@ def discover(ctx: StepContext) -> dict:
     landing = str(ctx.params["landing"])
     if not is_remote(landing) and not Path(landing).is_dir():
         raise StepFailed(f"landing zone {landing} does not exist; create it or pass the landing param")
+    # A new try of the run: copies and conversions of an earlier try may be of older uploads.
+    for stale in (LANDED_DIR, CONVERTED_DIR):
+        shutil.rmtree(ctx.run.staging / stale, ignore_errors=True)
+    skipped: list[str] = []
     try:
-        files = [{"path": info.url, "bytes": info.size} for info in landing_files(landing)]
+        files = [{"path": info.url, "bytes": info.size} for info in landing_files(landing, skipped)]
     except StoreError as exc:
         raise StepFailed(f"discover: {exc}") from None
+    for line in skipped:
+        ctx.log(f"discover: skipped {line}")
     ctx.log(f"discover: {len(files)} raw episodes in {landing}")
-    return {"landing": landing, "files": files}
+    return {"landing": landing, "files": files, "skipped": skipped}
 
 
 def plan(ctx: StepContext) -> dict:
@@ -358,32 +371,44 @@ def fetch_landed(ctx: StepContext, path: str) -> str:
     location = parse(path)
     landed = ctx.run.staging / LANDED_DIR
     local = landed / location.name
+    tag = landed / f".{location.name}.etag"
     try:
-        if not (local.exists() and local.stat().st_size == store.size(location)):
+        head = store.bucket(location.bucket).head(location.key)
+        if not (local.exists() and tag.exists() and tag.read_text() == f"{head.size} {head.etag}"):
             store.fetch(location, local)
+            atomic_write_text(tag, f"{head.size} {head.etag}")
+        # The mapping files are small: fetched every time, so a corrected mapping is used on the retry.
         for name in (f"{Path(location.name).stem}.robot.yaml", "robot.yaml"):
             mapping = location.sibling(name)
-            if not (landed / name).exists() and store.exists(mapping):
+            if store.exists(mapping):
                 store.fetch(mapping, landed / name)
+            else:
+                (landed / name).unlink(missing_ok=True)
     except StoreError as exc:
         raise StepFailed(f"{path}: {exc}") from None
     return str(local)
 
 
 def _mapping_param(ctx: StepContext) -> str:
-    """The run's robot_mapping param as a local file (one in a bucket is fetched into staging once)."""
+    """The run's robot_mapping param as a local file: one in a bucket is fetched once per step (so a
+    corrected mapping is used on the retry). Steps call it before their per-recording loop: a missing or
+    unreachable mapping fails the step, it never quarantines a recording."""
+    if ctx._mapping_file is not None:
+        return ctx._mapping_file
     param = ctx.params.get("robot_mapping", "")
-    if not is_remote(param):
-        return param
-    local = ctx.run.staging / LANDED_DIR / ".mappings" / parse(param).name
-    if not local.exists():
+    if is_remote(param):
         try:
+            local = ctx.run.staging / LANDED_DIR / ".mappings" / parse(param).name
             store.fetch(param, local)
+        except LocationError as exc:
+            raise ConfigFailed(f"robot_mapping: {exc}") from None
         except ObjectMissing:
             raise ConfigFailed(f"robot_mapping {param} does not exist; upload it or drop the param") from None
         except StoreError as exc:
             raise StepFailed(f"robot_mapping: {exc}") from None
-    return str(local)
+        param = str(local)
+    ctx._mapping_file = param
+    return param
 
 
 def mapping_for(recording: Path, param: str = "") -> Path:
@@ -444,8 +469,16 @@ def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
     return str(out), report
 
 
+def _quarantine_id(path: str, local: str) -> str:
+    dataset_episode = _dataset_episode(path)
+    if dataset_episode is not None:  # the id its conversion would have had
+        return f"{dataset_episode[0].name}-{dataset_episode[1]:06d}"
+    return Path(local).stem
+
+
 def validate(ctx: StepContext, batch: int) -> dict:
     ok, bad = [], []
+    _mapping_param(ctx)
     for path in _batch_files(ctx, batch):
         local = fetch_landed(ctx, path)
         try:
@@ -464,7 +497,7 @@ def validate(ctx: StepContext, batch: int) -> dict:
             raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
-            bad.append(_quarantine(ctx, path, Path(local).stem, _reason(exc), landed=local))
+            bad.append(_quarantine(ctx, path, _quarantine_id(path, local), _reason(exc), landed=local))
     ctx.log(f"validate batch {batch}: {len(ok)} good, {len(bad)} quarantined")
     return {"ok": ok, "quarantined": bad}
 
@@ -489,6 +522,7 @@ def _validated(ctx: StepContext, batch: int) -> list[dict]:
     if checked is not None:
         return checked["ok"]
     episodes = []
+    _mapping_param(ctx)
     for path in _batch_files(ctx, batch):
         local = fetch_landed(ctx, path)
         try:
@@ -501,7 +535,7 @@ def _validated(ctx: StepContext, batch: int) -> list[dict]:
             raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
-            _quarantine(ctx, path, Path(local).stem, _reason(exc), landed=local)
+            _quarantine(ctx, path, _quarantine_id(path, local), _reason(exc), landed=local)
     return episodes
 
 
@@ -545,8 +579,12 @@ def _transcoded(ctx: StepContext, batch: int, step: str) -> list[dict]:
 
 
 def _landed_copy(ctx: StepContext, recording: str) -> str:
-    """The local copy of a recording in a bucket (fetched again if staging lost it); "" for a file."""
-    return fetch_landed(ctx, recording) if is_remote(recording) else ""
+    """The local copy of a recording in a bucket (the one validate fetched, else fetched again); ""
+    for a file."""
+    if not is_remote(recording):
+        return ""
+    local = ctx.run.staging / LANDED_DIR / parse(recording).name
+    return str(local) if local.exists() else fetch_landed(ctx, recording)
 
 
 def upload(ctx: StepContext, batch: int) -> dict:

@@ -29,7 +29,8 @@ SHA256_METADATA = "sha256"
 CHUNK = 8 << 20
 # Retries cover 5xx, dropped connections and timeouts; a wrong credential (403) is never retried.
 RETRY = {"max_retries": 5, "retry_timeout": timedelta(seconds=120)}
-TIMEOUTS = {"connect_timeout": timedelta(seconds=10), "timeout": timedelta(seconds=300)}
+# A stalled transfer fails after read_timeout; a large object may take as long as it needs.
+TIMEOUTS = {"connect_timeout": timedelta(seconds=10), "read_timeout": timedelta(seconds=60)}
 
 
 class StoreError(RuntimeError):
@@ -75,10 +76,22 @@ class Bucket:
         if self.settings.endpoint:
             config["endpoint"] = self.settings.endpoint
         client: dict[str, Any] = {**TIMEOUTS, "allow_http": self.settings.allow_http}
-        if self.settings.ca_bundle:
-            client["root_certificate"] = self.settings.ca_bundle
+        if self.settings.ca_bundle:  # a file, as for the AWS SDKs; the client wants its PEM text
+            try:
+                client["root_certificate"] = Path(self.settings.ca_bundle).read_text()
+            except OSError as exc:
+                raise StoreError(
+                    f"AWS_CA_BUNDLE={self.settings.ca_bundle}: {exc.strerror}; point it at a PEM file of CA "
+                    "certificates, or unset it"
+                ) from None
         # The secrets stay in the environment: the client reads them there (or asks the instance).
-        self._store = S3Store(name, config=config, client_options=client, retry_config=RETRY)
+        try:
+            self._store = S3Store(name, config=config, client_options=client, retry_config=RETRY)
+        except Exception as exc:
+            raise StoreError(
+                f"s3://{name}: the store client cannot be set up ({_first_line(exc)}); check "
+                "AWS_ENDPOINT_URL, AWS_REGION and AWS_CA_BUNDLE"
+            ) from None
 
     # -- errors ---------------------------------------------------------------------------------------
 
@@ -168,15 +181,19 @@ class Bucket:
 
         written = 0
         try:
-            result = obstore.get(self._store, key)
-            with atomicio.atomic_writer(dest, mode) as out:
-                for block in result.stream(min_chunk_size=CHUNK):
-                    out.write(block)
-                    written += len(block)
-        except (StoreError, OSError):
-            raise
+            blocks = iter(obstore.get(self._store, key).stream(min_chunk_size=CHUNK))
         except Exception as exc:
             raise self._fail("read", key, exc) from None
+        with atomicio.atomic_writer(dest, mode) as out:  # a local OSError (a full disk) stays an OSError
+            while True:
+                try:
+                    block = next(blocks)
+                except StopIteration:
+                    break
+                except Exception as exc:
+                    raise self._fail("read", key, exc) from None
+                out.write(block)
+                written += len(block)
         return written
 
     # -- writes ---------------------------------------------------------------------------------------
@@ -184,13 +201,11 @@ class Bucket:
     def put_file(self, source: Path, key: str, metadata: Mapping[str, str] | None = None) -> None:
         import obstore
 
-        try:
-            with open(source, "rb") as f:
+        with open(source, "rb") as f:  # a missing local file is an OSError, not the store's
+            try:
                 obstore.put(self._store, key, f, attributes=dict(metadata or {}), chunk_size=CHUNK)
-        except OSError:
-            raise
-        except Exception as exc:
-            raise self._fail("write", key, exc) from None
+            except Exception as exc:
+                raise self._fail("write", key, exc) from None
 
     def put_bytes(self, data: bytes, key: str, metadata: Mapping[str, str] | None = None) -> None:
         import obstore
@@ -253,18 +268,21 @@ def exists(location: str | Location) -> bool:
 
 
 def list_folder(location: str | Location) -> list[ObjectInfo]:
-    """The objects directly in a folder or under a prefix (not in its sub-folders), sorted by name."""
+    """The objects directly in a folder or under a prefix (not in its sub-folders), sorted by name. In a
+    folder, names starting with '.' (uploads in flight) are left out, and a file that vanishes while the
+    folder is listed (renamed by its uploader) is skipped."""
     loc = parse(location) if isinstance(location, str) else location
     if loc.scheme == FILE:
-        folder = Path(loc.key)
-        return sorted(
-            (
-                ObjectInfo(Location(FILE, "", str(p)), p.stat().st_size)
-                for p in folder.iterdir()
-                if p.is_file()
-            ),
-            key=lambda info: info.location.key,
-        )
+        found = []
+        for path in sorted(Path(loc.key).iterdir()):
+            if path.name.startswith("."):
+                continue
+            try:
+                if path.is_file():
+                    found.append(ObjectInfo(Location(FILE, "", str(path)), path.stat().st_size))
+            except FileNotFoundError:
+                continue
+        return found
     return bucket(loc.bucket).list(loc.key)
 
 

@@ -136,8 +136,10 @@ def _tasks(info: DatasetInfo) -> dict[int, str]:
     return {int(i): str(n) for i, n in zip(table.column("task_index").to_pylist(), names, strict=False)}
 
 
-def _frames(info: DatasetInfo, episode: dict, key: str) -> list[np.ndarray]:
-    """The camera's frames of one episode, as RGB arrays, in presentation order."""
+def _frames(info: DatasetInfo, episode: dict, key: str, quality: int) -> list[bytes]:
+    """The camera's frames of one episode, as JPEG, in presentation order. A v3.0 file holds many
+    episodes: decoding starts at the keyframe before the episode's segment and stops after it, and each
+    frame is compressed as it comes, so memory holds JPEGs, not an episode of RGB."""
     import av
 
     chunk, file = episode[f"videos/{key}/chunk_index"], episode[f"videos/{key}/file_index"]
@@ -148,10 +150,14 @@ def _frames(info: DatasetInfo, episode: dict, key: str) -> list[np.ndarray]:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
             base = stream.time_base or Fraction(1, 1)
+            if start > 0:
+                container.seek(int(max(0.0, start - SLACK_S) / base), stream=stream, backward=True)
             for frame in container.decode(stream):
                 t = float(frame.pts * base) if frame.pts is not None else float(frame.time or 0.0)
-                if start - SLACK_S <= t < end - SLACK_S:
-                    frames.append(frame.to_ndarray(format="rgb24"))
+                if t >= end - SLACK_S:
+                    break
+                if t >= start - SLACK_S:
+                    frames.append(jpeg_from_rgb(frame.to_ndarray(format="rgb24"), quality))
     except FileNotFoundError:
         raise CorruptEpisodeError(str(path), "is missing", fix="re-copy the dataset's videos") from None
     except av.error.FFmpegError as exc:
@@ -255,16 +261,14 @@ def read_streams(root: str | Path, mapping: RobotMapping, episode_index: int) ->
             JointSample(t, tuple(action_names), tuple(v)) for t, v in zip(times, action, strict=True)
         ]
     for name, key in mapping.cameras.items():
-        frames = _frames(info, episode, key)
+        frames = _frames(info, episode, key, mapping.jpeg_quality)
         if len(frames) != len(times):
             raise CorruptEpisodeError(
                 source,
                 f"camera {key} has {len(frames)} frames in its video segment, the episode {len(times)} rows",
                 fix="re-copy the dataset's videos",
             )
-        streams.cameras[name] = [
-            Frame(t, jpeg_from_rgb(f, mapping.jpeg_quality)) for t, f in zip(times, frames, strict=True)
-        ]
+        streams.cameras[name] = [Frame(t, jpeg) for t, jpeg in zip(times, frames, strict=True)]
     task = _tasks(info).get(int(rows.column("task_index")[0].as_py())) if rows.num_rows else None
     if task:
         streams.labels["task"] = task

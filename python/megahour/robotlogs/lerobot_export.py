@@ -96,6 +96,10 @@ def read_episode(location: str, episode_id: str) -> _Episode:
             location, "has no joint states", topic="/joint_states", fix="select episodes with /joint_states"
         )
     rates = {round(recording.topics[t].rate_hz) for t in cameras}
+    if min(rates) < 1:
+        raise EpisodeError(
+            location, f"a camera runs below 1 Hz ({sorted(rates)})", fix="export cameras of 1 Hz or more"
+        )
     if len(rates) != 1:
         raise EpisodeError(
             location,
