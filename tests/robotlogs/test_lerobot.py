@@ -74,7 +74,7 @@ def test_the_dropped_frame_and_the_swapped_stamps_are_reported_per_episode(tmp_p
             {"cameras": {"front": "observation.state"}, "joint_states": "action", "action": None},
             "camera front: feature 'observation.state' is float32, not video",
         ),
-        ({"joint_names": ["a", "b"]}, "has 3 values per step, the mapping names 2"),
+        ({"joint_names": ["a", "b"]}, "observation.state has 3 values per step, joint_names names 2"),
     ],
 )
 def test_a_mapping_that_does_not_fit_the_dataset_is_the_mappings_error(change, message, tmp_path) -> None:

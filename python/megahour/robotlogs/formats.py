@@ -75,16 +75,29 @@ def convert_file(
             "is an MCAP file without the ros2 profile: it is read as megahour's raw form, not converted",
             fix="ingest it as it is; record ROS 2 topics with `ros2 bag record -s mcap`",
         )
+    return _converted(
+        str(path), lambda: READERS[kind](path, mapping), mapping, out_path, labels, episode_id, began
+    )
+
+
+def _converted(
+    source: str,
+    read: Callable[[], Streams],
+    mapping: RobotMapping,
+    out_path: str | Path,
+    labels: dict[str, str] | None,
+    episode_id: str | None,
+    began: float,
+) -> ConversionReport:
     try:
-        streams = READERS[kind](path, mapping)
-        return write_converted(streams, mapping, out_path, labels, episode_id, began)
+        return write_converted(read(), mapping, out_path, labels, episode_id, began)
     except (EpisodeError, MappingError):
         raise
     except _decode_failures() as exc:
-        # The format's own decoder (CDR, ROS 1 serialization, HDF5, JPEG) refused a message: the
+        # The format's own decoder (CDR, ROS 1 serialization, HDF5, JPEG, AV1) refused a message: the
         # recording is damaged, and must be quarantined like any other damaged episode.
         raise CorruptEpisodeError(
-            str(path),
+            source,
             f"a message does not decode ({type(exc).__name__}: {exc})",
             fix="re-copy the recording; if the copy is good, it was recorded damaged",
         ) from exc
@@ -102,17 +115,15 @@ def convert_lerobot_episode(
     began = time.perf_counter()
     root = Path(root)
     episode_id = episode_id or f"{root.name}-{index:06d}"
-    try:
-        streams = lerobot.read_streams(root, mapping, index)
-        return write_converted(streams, mapping, out_path, labels, episode_id, began)
-    except (EpisodeError, MappingError):
-        raise
-    except _decode_failures() as exc:
-        raise CorruptEpisodeError(
-            lerobot.episode_ref(root, index),
-            f"does not decode ({type(exc).__name__}: {exc})",
-            fix="re-copy the dataset; if the copy is good, it was written damaged",
-        ) from exc
+    return _converted(
+        lerobot.episode_ref(root, index),
+        lambda: lerobot.read_streams(root, mapping, index),
+        mapping,
+        out_path,
+        labels,
+        episode_id,
+        began,
+    )
 
 
 def convert_dataset(

@@ -167,6 +167,31 @@ def _frames(info: DatasetInfo, episode: dict, key: str, quality: int) -> list[by
     return frames
 
 
+def _samples(
+    rows,
+    times: list[int],
+    mapping: RobotMapping,
+    source: str,
+    column: str,
+    mapped: tuple[str, ...],
+    info: DatasetInfo,
+    prefix: str,
+    key: str,
+) -> list[JointSample]:
+    """A vector column as joint samples, its entries named by the mapping, else by the dataset's
+    features, else ``<prefix><i>``."""
+    values = np.asarray(rows.column(column).to_pylist(), dtype=np.float64)
+    names = mapped or info.feature_names(column) or tuple(f"{prefix}{i}" for i in range(values.shape[1]))
+    if len(names) != values.shape[1]:
+        raise mismatch(
+            mapping,
+            source,
+            f"{column} has {values.shape[1]} values per step, {key} names {len(names)}",
+            f"list one name per value under {key}",
+        )
+    return [JointSample(t, tuple(names), tuple(v)) for t, v in zip(times, values, strict=True)]
+
+
 def read_streams(root: str | Path, mapping: RobotMapping, episode_index: int) -> Streams:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
@@ -226,40 +251,13 @@ def read_streams(root: str | Path, mapping: RobotMapping, episode_index: int) ->
         )
     # float32 seconds: kept to the microsecond, which is all they hold over a long episode
     times = [EPOCH_NS + round(float(t) * 1e6) * 1000 for t in rows.column("timestamp").to_pylist()]
-    state = np.asarray(rows.column(mapping.joint_states).to_pylist(), dtype=np.float64)
-    names = (
-        mapping.joint_names
-        or info.feature_names(mapping.joint_states)
-        or tuple(f"joint{i}" for i in range(state.shape[1]))
+    streams.joints["/joint_states"] = _samples(
+        rows, times, mapping, source, mapping.joint_states, mapping.joint_names, info, "joint", "joint_names"
     )
-    if len(names) != state.shape[1]:
-        raise mismatch(
-            mapping,
-            source,
-            f"{mapping.joint_states} has {state.shape[1]} values per step, the mapping names {len(names)}",
-            "list one joint name per value",
-        )
-    streams.joints["/joint_states"] = [
-        JointSample(t, tuple(names), tuple(v)) for t, v in zip(times, state, strict=True)
-    ]
     if mapping.action:
-        action = np.asarray(rows.column(mapping.action).to_pylist(), dtype=np.float64)
-        action_names = (
-            mapping.action_joints
-            or info.feature_names(mapping.action)
-            or tuple(f"a{i}" for i in range(action.shape[1]))
+        streams.joints["/action"] = _samples(
+            rows, times, mapping, source, mapping.action, mapping.action_joints, info, "a", "action_joints"
         )
-        if len(action_names) != action.shape[1]:
-            raise mismatch(
-                mapping,
-                source,
-                f"{mapping.action} has {action.shape[1]} values per step, "
-                f"action_joints names {len(action_names)}",
-                "list one name per action value",
-            )
-        streams.joints["/action"] = [
-            JointSample(t, tuple(action_names), tuple(v)) for t, v in zip(times, action, strict=True)
-        ]
     for name, key in mapping.cameras.items():
         frames = _frames(info, episode, key, mapping.jpeg_quality)
         if len(frames) != len(times):
