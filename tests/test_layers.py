@@ -34,7 +34,7 @@ ALLOWED: dict[str, set[str]] = {
     "run": {"atomicio", "job_contract", "slurm"},
     "curation": {"atomicio", "episodes"},
     "delivery": {"atomicio", "curation", "episodes", "objectstore"},
-    "robotlogs": {"curation", "episodes"},
+    "robotlogs": {"atomicio", "curation", "episodes"},
     "ingest": {"atomicio", "curation", "episodes", "objectstore", "robotlogs", "slurm"},
     "train": {"atomicio", "job_contract", "curation", "delivery", "episodes", "metrics", "slurm"},
 }

@@ -208,6 +208,8 @@ def test_a_manifests_episodes_export_as_a_lerobot_dataset_that_reads_back(tuned_
     report = json.loads(done.stdout)
     assert (report["episodes"], report["frames"], report["fps"]) == (2, 2 * fixture.FRAMES, fixture.FPS)
     assert report["cameras"] == ["observation.images.front", "observation.images.wrist"]
+    modes = {p.stat().st_mode & 0o777 for p in (tmp_path / "ds").rglob("*")}
+    assert (tmp_path / "ds").stat().st_mode & 0o777 == 0o755 and modes == {0o755, 0o644}
     info = json.loads((tmp_path / "ds" / "meta" / "info.json").read_text())
     # the same layout LeRobot's writer made for the fixture: keys, features and paths
     original = json.loads((DATASET / "meta" / "info.json").read_text())

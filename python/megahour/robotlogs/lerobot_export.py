@@ -11,6 +11,7 @@ expects. The dataset is built in a temporary folder beside ``out`` and renamed i
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 from collections.abc import Callable, Sequence
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from megahour import atomicio
 from megahour.episodes import mcapio, schemas, video
 from megahour.episodes.errors import EpisodeError
 from megahour.episodes.source import open_source
@@ -29,6 +31,7 @@ DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
 VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
 EPISODES_PATH = "meta/episodes/chunk-000/file-000.parquet"
 CAMERA_KINDS = ("video", "image")
+FILE_MODE, DIR_MODE = 0o644, 0o755
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,19 @@ def episodes_of_manifest(path: str | Path, limit: int | None = None) -> list[Exp
     return list(seen.values())[:limit]
 
 
+def _write_parquet(table, path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomicio.atomic_writer(path, FILE_MODE) as handle, pq.ParquetWriter(handle, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _fsync(path: Path) -> None:
+    with open(path, "rb") as handle:
+        os.fsync(handle.fileno())
+
+
 def export(
     episodes: Sequence[ExportEpisode],
     out: str | Path,
@@ -238,7 +254,6 @@ def export(
 ) -> ExportReport:
     import av
     import pyarrow as pa
-    import pyarrow.parquet as pq
 
     out = Path(out)
     if out.exists():
@@ -341,10 +356,10 @@ def export(
             columns[key] = pa.array(rows[key], pa.int64())
         data_path = work / DATA_PATH.format(chunk_index=0, file_index=0)
         data_path.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.table(columns), data_path)
+        _write_parquet(pa.table(columns), data_path)
         (work / EPISODES_PATH).parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(pa.Table.from_pylist(meta_rows), work / EPISODES_PATH)
-        pq.write_table(_tasks_table(tasks), work / "meta" / "tasks.parquet")
+        _write_parquet(pa.Table.from_pylist(meta_rows), work / EPISODES_PATH)
+        _write_parquet(_tasks_table(tasks), work / "meta" / "tasks.parquet")
         features: dict = {
             key: _video_feature(first.frames[key].shape[1:], first.fps) for key in sorted(first.frames)
         }
@@ -378,14 +393,19 @@ def export(
             "video_path": VIDEO_PATH,
             "features": features,
         }
-        (work / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+        atomicio.atomic_write_text(work / "meta" / "info.json", json.dumps(info, indent=4), FILE_MODE)
         stats = {"observation.state": _stats(state.astype(np.float64))}
         if actions:
             stats["action"] = _stats(action.astype(np.float64))
         for key, samples in stats_frames.items():
             stats[key] = _image_stats(np.concatenate(samples))
-        (work / "meta" / "stats.json").write_text(json.dumps(stats, indent=4))
-        work.rename(out)
+        atomicio.atomic_write_text(work / "meta" / "stats.json", json.dumps(stats, indent=4), FILE_MODE)
+        for path in work.rglob("*"):  # mkdtemp's 0700 and the videos' umask: readable by the dataset's users
+            os.chmod(path, DIR_MODE if path.is_dir() else FILE_MODE)
+            if path.suffix == ".mp4":
+                _fsync(path)  # the other files are fsynced by atomicio
+        os.chmod(work, DIR_MODE)
+        atomicio.publish(work, out)  # the whole folder appears at once
     except BaseException:
         for container, _stream in writers.values():
             container.close()
