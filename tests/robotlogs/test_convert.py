@@ -327,7 +327,7 @@ def test_a_topic_on_two_channels_with_different_schemas_is_refused(tmp_path) -> 
         convert_file(path, tmp_path / "raw.mcap", parse_mapping(writers.MAPPING))
 
 
-def test_a_spec_file_reads_the_robots_own_cameras_and_its_raw_imu(tmp_path) -> None:
+def test_a_spec_file_reads_the_robots_own_cameras_and_its_raw_imu(tmp_path, run) -> None:
     """No code for another robot: a spec file names the cameras by pattern and reads the IMU as recorded,
     which the official ROS 2 decoder then decodes from the schema the episode carries."""
     from mcap.records import Schema
@@ -368,7 +368,7 @@ def test_a_spec_file_reads_the_robots_own_cameras_and_its_raw_imu(tmp_path) -> N
     log_time, data = sample.raw["/imu"][-1]
     k = (log_time - writers.T0 - 300) // writers.IMU_PERIOD
     assert decode(data).angular_velocity.x == pytest.approx(0.1 * k)
-    done = subprocess.run(
+    done = run(
         [
             tool("megahour"),
             "episodes",
@@ -379,10 +379,7 @@ def test_a_spec_file_reads_the_robots_own_cameras_and_its_raw_imu(tmp_path) -> N
             "--samples",
             "3",
             "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+        ]
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["spec"] == "arm_step"

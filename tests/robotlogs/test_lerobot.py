@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -95,10 +94,10 @@ def test_damaged_and_unsupported_datasets_are_refused_with_the_fix(tmp_path) -> 
         lerobot.list_episodes(copy)
 
 
-def test_the_cli_converts_a_dataset_folder(tmp_path) -> None:
+def test_the_cli_converts_a_dataset_folder(tmp_path, run) -> None:
     mapping = tmp_path / "so100.yaml"
     mapping.write_text(yaml.safe_dump(MAPPING))
-    done = subprocess.run(
+    done = run(
         [
             tool("megahour"),
             "robotlogs",
@@ -110,10 +109,7 @@ def test_the_cli_converts_a_dataset_folder(tmp_path) -> None:
             "--episode-id",
             "so100-run",
             "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+        ]
     )
     assert done.returncode == 0, done.stderr
     episodes = json.loads(done.stdout)["episodes"]
@@ -125,14 +121,14 @@ def test_the_cli_converts_a_dataset_folder(tmp_path) -> None:
     assert "warning:" in done.stderr and "mis-ordered" in done.stderr
 
 
-def test_the_cli_refuses_a_plain_folder_and_a_bad_label_in_one_line(tmp_path) -> None:
+def test_the_cli_refuses_a_plain_folder_and_a_bad_label_in_one_line(tmp_path, run) -> None:
     mapping = tmp_path / "so100.yaml"
     mapping.write_text(yaml.safe_dump(MAPPING))
     for source, extra, words in [
         (tmp_path, [], "is a folder without meta/info.json"),
         (DATASET, ["--label", "task"], "--label 'task' is not KEY=VALUE"),
     ]:
-        done = subprocess.run(
+        done = run(
             [
                 tool("megahour"),
                 "robotlogs",
@@ -142,10 +138,7 @@ def test_the_cli_refuses_a_plain_folder_and_a_bad_label_in_one_line(tmp_path) ->
                 "--mapping",
                 str(mapping),
                 *extra,
-            ],
-            capture_output=True,
-            text=True,
-            check=False,
+            ]
         )
         assert done.returncode == 1 and done.stderr.count("\n") == 1 and words in done.stderr, done.stderr
 
@@ -184,11 +177,13 @@ def write_manifest(path: Path, episodes: list[Path]) -> Path:
     return path
 
 
-def test_a_manifests_episodes_export_as_a_lerobot_dataset_that_reads_back(tuned_episodes, tmp_path) -> None:
+def test_a_manifests_episodes_export_as_a_lerobot_dataset_that_reads_back(
+    tuned_episodes, tmp_path, run
+) -> None:
     import pyarrow.parquet as pq
 
     manifest = write_manifest(tmp_path / "m.arrow", tuned_episodes)
-    done = subprocess.run(
+    done = run(
         [
             tool("megahour"),
             "robotlogs",
@@ -199,10 +194,7 @@ def test_a_manifests_episodes_export_as_a_lerobot_dataset_that_reads_back(tuned_
             "--robot-type",
             "so100",
             "--json",
-        ],
-        capture_output=True,
-        text=True,
-        check=False,
+        ]
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

@@ -19,7 +19,6 @@ import json
 import re
 import shutil
 import time
-import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -379,10 +378,9 @@ def fetch_landed(ctx: StepContext, path: str) -> str:
             atomic_write_text(tag, f"{head.size} {head.etag}")
         # The mapping files are small: fetched every time, so a corrected mapping is used on the retry.
         for name in (f"{Path(location.name).stem}.robot.yaml", "robot.yaml"):
-            mapping = location.sibling(name)
-            if store.exists(mapping):
-                store.fetch(mapping, landed / name)
-            else:
+            try:
+                store.fetch(location.sibling(name), landed / name)
+            except ObjectMissing:
                 (landed / name).unlink(missing_ok=True)
     except StoreError as exc:
         raise StepFailed(f"{path}: {exc}") from None
@@ -472,7 +470,9 @@ def as_raw(ctx: StepContext, path: str) -> tuple[str, dict | None]:
 def _quarantine_id(path: str, local: str) -> str:
     dataset_episode = _dataset_episode(path)
     if dataset_episode is not None:  # the id its conversion would have had
-        return f"{dataset_episode[0].name}-{dataset_episode[1]:06d}"
+        from megahour.robotlogs import lerobot
+
+        return lerobot.episode_id(dataset_episode[0].name, dataset_episode[1])
     return Path(local).stem
 
 
@@ -606,9 +606,8 @@ def upload(ctx: StepContext, batch: int) -> dict:
 
 def episode_record(episode: dict, pattern: str) -> schema.EpisodeRecord:
     labels = episode["labels"]
-    uri = episode["uri"]
     # The stored object (staging may be gone): a file:// URI or an object in the episode bucket.
-    with open_source(urllib.parse.urlparse(uri).path if uri.startswith("file://") else uri) as src:
+    with open_source(episode["uri"]) as src:
         layout = mcapio.open_index(src).layout() or {}
     return schema.EpisodeRecord(
         episode_id=episode["episode_id"],

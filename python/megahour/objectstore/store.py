@@ -215,14 +215,6 @@ class Bucket:
         except Exception as exc:
             raise self._fail("write", key, exc) from None
 
-    def delete(self, key: str) -> None:
-        import obstore
-
-        try:
-            obstore.delete(self._store, key)
-        except Exception as exc:
-            raise self._fail("delete", key, exc) from None
-
 
 _BUCKETS: dict[tuple[str, str, credentials.StoreSettings, tuple[str, ...]], Bucket] = {}
 _BUCKETS_LOCK = threading.Lock()

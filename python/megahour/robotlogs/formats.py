@@ -114,7 +114,7 @@ def convert_lerobot_episode(
     """One episode of a LeRobot dataset into a raw episode (id: ``<folder>-<index:06d>``)."""
     began = time.perf_counter()
     root = Path(root)
-    episode_id = episode_id or f"{root.name}-{index:06d}"
+    episode_id = episode_id or lerobot.episode_id(root.name, index)
     return _converted(
         lerobot.episode_ref(root, index),
         lambda: lerobot.read_streams(root, mapping, index),
@@ -141,7 +141,7 @@ def convert_dataset(
     episodes = lerobot.list_episodes(root)
     reports = []
     for done, index in enumerate(episodes, 1):
-        episode_id = f"{prefix}-{index:06d}"
+        episode_id = lerobot.episode_id(prefix, index)
         reports.append(
             convert_lerobot_episode(root, index, out_dir / f"{episode_id}.mcap", mapping, labels, episode_id)
         )

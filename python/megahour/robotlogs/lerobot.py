@@ -63,6 +63,11 @@ def episode_ref(root: str | Path, index: int) -> str:
     return f"{root}{EPISODE_REF}{index}"
 
 
+def episode_id(name: str, index: int) -> str:
+    """The raw episode's id for episode ``index`` of a dataset (``name``: the folder's, or a prefix)."""
+    return f"{name}-{index:06d}"
+
+
 def parse_ref(text: str) -> tuple[Path, int] | None:
     """(the dataset folder, the episode index) of an ``episode_ref``; None for any other path."""
     root, sep, index = str(text).rpartition(EPISODE_REF)
