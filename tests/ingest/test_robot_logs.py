@@ -22,12 +22,7 @@ def mixed_landing(tmp_path, warehouse, monkeypatch):
     monkeypatch.setenv("MEGAHOUR_WAREHOUSE", warehouse.url)
     warehouse.execute("DROP DATABASE IF EXISTS megahour")
     landing = tmp_path / "landing"
-    landing.mkdir()
-    writers.write_ros2_mcap(landing / "ros2-ep.mcap")
-    writers.write_ros1_bag(landing / "ros1-ep.bag")
-    writers.write_aloha_hdf5(landing / "aloha-ep.hdf5", compressed=True)
-    (landing / "robot.yaml").write_text(yaml.safe_dump(writers.MAPPING))
-    (landing / "aloha-ep.robot.yaml").write_text(yaml.safe_dump(writers.HDF5_MAPPING))
+    writers.write_robot_landing(landing)
     sim = write_landing(tmp_path / "sim", 2, corrupt=1, seconds=0.5, seed=11)
     for episode in sim:
         shutil.copy(episode.path, landing)

@@ -241,3 +241,27 @@ def _as_dict(message) -> dict:
             value = [_as_dict(v) if hasattr(v, "__dataclass_fields__") else v for v in value]
         out[name] = value
     return out
+
+
+def write_robot_landing(folder: Path) -> list[str]:
+    """A landing zone of one recording per format and their mapping files, as a lab uploads them: a ROS 2
+    MCAP, a ROS 1 bag and an ALOHA HDF5 episode (``robot.yaml`` for the ROS ones, ``<name>.robot.yaml``
+    for the HDF5 one). The episode ids ingestion gives them, sorted."""
+    import yaml
+
+    folder.mkdir(parents=True, exist_ok=True)
+    write_ros2_mcap(folder / "ros2-ep.mcap")
+    write_ros1_bag(folder / "ros1-ep.bag")
+    write_aloha_hdf5(folder / "aloha-ep.hdf5", compressed=True)
+    (folder / "robot.yaml").write_text(yaml.safe_dump(MAPPING))
+    (folder / "aloha-ep.robot.yaml").write_text(yaml.safe_dump(HDF5_MAPPING))
+    return sorted(["ros2-ep", "ros1-ep", "aloha-ep"])
+
+
+if __name__ == "__main__":
+    # The molecule `cluster` scenario's mixed landing zone (verify_ingest.yml): python -m
+    # tests.robotlogs.writers FOLDER prints the episode ids as JSON.
+    import json
+    import sys
+
+    print(json.dumps(write_robot_landing(Path(sys.argv[1]))))

@@ -94,7 +94,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
         help="topics, groups, chunks and keyframes of an episode (path or URL)",
         exits={0: "the episode was read", 1: FAILED},
     )
-    p.add_argument("episode", help="path or URL (http://, or any fsspec URL)")
+    p.add_argument("episode", help="path or URL (s3://, http://, or another fsspec URL)")
     cliutil.add_json_flag(p)
 
     p = cliutil.add_command(
@@ -104,7 +104,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
         help="read random samples and report fetches, bytes and latency",
         exits={0: "the samples were read", 1: FAILED},
     )
-    p.add_argument("episode", help="path or URL (http://, or any fsspec URL)")
+    p.add_argument("episode", help="path or URL (s3://, http://, or another fsspec URL)")
     specfile.add_arguments(p)
     p.add_argument("--samples", type=int, default=50, help="random samples to read")
     p.add_argument("--seed", type=int, default=0, help="fixes which samples are read")
