@@ -243,6 +243,99 @@ def test_a_lerobot_dataset_in_the_landing_zone_ingests_episode_by_episode(
     warehouse.execute("DROP DATABASE IF EXISTS megahour")
 
 
+def test_a_lerobot_dataset_in_a_bucket_ingests_fetching_only_each_episodes_files(
+    warehouse, tmp_path, monkeypatch, s3
+) -> None:
+    """Datasets under a landing prefix in a bucket land episode by episode, each episode fetching the
+    dataset's meta/ and its own files; an episode whose video was never uploaded is quarantined where it
+    lies, and a dataset of a format megahour does not read is left for a later run."""
+    import json as jsonlib
+
+    from megahour.objectstore import store
+    from tests.robotlogs.test_lerobot import DATASET, MAPPING
+
+    monkeypatch.setenv("MEGAHOUR_WAREHOUSE", warehouse.url)
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")
+    bucket = store.bucket(s3.make_bucket("lerobot-landing"))
+    for name in ("pick_cube", "broken", "old_format"):
+        for path in sorted(p for p in DATASET.rglob("*") if p.is_file()):
+            relative = path.relative_to(DATASET).as_posix()
+            data = path.read_bytes()
+            if name == "broken" and relative.startswith("videos/observation.images.front/"):
+                continue  # the upload stopped before this video
+            if name == "old_format" and relative == "meta/info.json":
+                data = jsonlib.dumps({**jsonlib.loads(data), "codebase_version": "v2.1"}).encode()
+            bucket.put_bytes(data, f"site/{name}/{relative}")
+        bucket.put_bytes(yaml.safe_dump(MAPPING).encode(), f"site/{name}.robot.yaml")
+    s3.make_bucket("lerobot-store")
+    config = IngestConfig(
+        landing="s3://lerobot-landing/site",
+        storage="s3://lerobot-store/v1",
+        runs=str(tmp_path / "runs"),
+        worker_overhead_s=0,
+    )
+    skipped: list[str] = []
+    assert [i.url for i in work.landing_files(config.landing, skipped)] == [
+        "s3://lerobot-landing/site/broken#episode=0",
+        "s3://lerobot-landing/site/broken#episode=1",
+        "s3://lerobot-landing/site/pick_cube#episode=0",
+        "s3://lerobot-landing/site/pick_cube#episode=1",
+    ]
+    assert len(skipped) == 1 and skipped[0].startswith("s3://lerobot-landing/site/old_format: ")
+    assert "format v2.1" in skipped[0] and "megahour-dataset-" not in skipped[0]
+    run_dir = tmp_path / "runs" / "lerobot-bucket"
+    summary, _ = run_all(config, warehouse, run_dir)
+    assert summary["succeeded"] and summary["registered"] == 2
+    rows = warehouse.query_json(
+        "SELECT episode_id, storage_uri FROM megahour.episodes FINAL ORDER BY episode_id"
+    )
+    assert rows["data"] == [
+        [f"pick_cube-00000{i}", f"s3://lerobot-store/v1/episodes/pick_cube-00000{i}.mcap"] for i in (0, 1)
+    ]
+    quarantined = {row[0]: row[1] for row in _quarantine_rows(warehouse)}
+    assert quarantined == {
+        "broken-000000": "s3://lerobot-landing/site/broken#episode=0",
+        "broken-000001": "s3://lerobot-landing/site/broken#episode=1",
+    }
+    reasons = warehouse.query_json(f"SELECT reason FROM megahour.{quarantine.TABLE} FINAL")["data"]
+    assert all("observation.images.front" in r[0] and "is missing" in r[0] for r in reasons)
+    assert not store.list_folder("s3://lerobot-store/v1/quarantine")  # the dataset stays where it is
+    warehouse.execute("DROP DATABASE IF EXISTS megahour")
+
+
+def test_a_dataset_episode_fetches_its_own_files_once(tmp_path, s3) -> None:
+    """An episode's copy is the dataset's meta/ and the files the episode is in, kept by ETag: fetching
+    it again copies nothing; a re-uploaded file is fetched again."""
+    from megahour.ingest import landed
+    from megahour.objectstore import store
+    from tests.robotlogs.test_lerobot import DATASET
+
+    bucket = store.bucket(s3.make_bucket("lerobot-fetch"))
+    for path in sorted(p for p in DATASET.rglob("*") if p.is_file()):
+        bucket.put_bytes(path.read_bytes(), f"site/ds/{path.relative_to(DATASET).as_posix()}")
+    bucket.put_bytes(b"extra", "site/ds/videos/observation.images.front/chunk-001/file-000.mp4")
+    local = landed.fetch_episode("s3://lerobot-fetch/site/ds#episode=1", tmp_path)
+    assert local == f"{tmp_path / 'ds'}#episode=1"
+    copied = sorted(
+        p.relative_to(tmp_path / "ds").as_posix() for p in (tmp_path / "ds").rglob("[!.]*") if p.is_file()
+    )
+    assert copied == sorted(
+        [p.relative_to(DATASET).as_posix() for p in (DATASET / "meta").rglob("*") if p.is_file()]
+        + [
+            "data/chunk-000/file-000.parquet",
+            "videos/observation.images.front/chunk-000/file-000.mp4",
+            "videos/observation.images.wrist/chunk-000/file-000.mp4",
+        ]
+    )
+    data = tmp_path / "ds" / "data" / "chunk-000" / "file-000.parquet"
+    data.write_bytes(b"a copy a retry must not fetch again")  # same tag: kept
+    landed.fetch_episode("s3://lerobot-fetch/site/ds#episode=1", tmp_path)
+    assert data.read_bytes() == b"a copy a retry must not fetch again"
+    bucket.put_bytes(b"re-uploaded", "site/ds/data/chunk-000/file-000.parquet")
+    landed.fetch_episode("s3://lerobot-fetch/site/ds#episode=1", tmp_path)
+    assert data.read_bytes() == b"re-uploaded"
+
+
 def test_a_dataset_megahour_cannot_list_is_left_for_a_later_run(tmp_path) -> None:
     import json as jsonlib
 

@@ -35,6 +35,29 @@ def test_objects_round_trip_signed(s3, tmp_path) -> None:
     assert store.exists("s3://roundtrip/site-a/ep.json") and not store.exists("s3://episodes/nope")
 
 
+@pytest.mark.parametrize("where", ["bucket", "folder"])
+def test_sub_folders_and_whole_trees_list_alike_in_buckets_and_folders(where, s3, tmp_path) -> None:
+    keys = ["site/a.bag", "site/ds/meta/info.json", "site/ds/data/chunk-000/file-000.parquet", "site/.up/x"]
+    if where == "bucket":
+        bucket = store.bucket(s3.make_bucket("trees"))
+        for key in keys:
+            bucket.put_bytes(key.encode(), key)
+        root = "s3://trees/site"
+    else:
+        for key in keys:
+            (tmp_path / key).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / key).write_bytes(key.encode())
+        root = str(tmp_path / "site")
+    # in a folder, a hidden sub-folder is a copy in flight; a bucket has no such convention
+    assert [f.name for f in store.list_folders(root)] == (["ds"] if where == "folder" else [".up", "ds"])
+    tree = store.list_tree(f"{root}/ds")
+    assert [i.url for i in tree] == [
+        f"{root}/ds/data/chunk-000/file-000.parquet",
+        f"{root}/ds/meta/info.json",
+    ]
+    assert [i.size for i in tree] == [len(keys[2]), len(keys[1])]
+
+
 def test_the_store_refuses_unsigned_requests(s3) -> None:
     """Every path megahour takes is signed: the server itself refuses a request without a signature."""
     store.bucket(s3.make_bucket("private")).put_bytes(b"secret data", "k")

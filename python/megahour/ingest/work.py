@@ -31,7 +31,7 @@ from megahour.episodes.errors import EpisodeError
 from megahour.episodes.layout import read_pattern
 from megahour.episodes.source import LocalSource, open_source
 from megahour.episodes.transcode import TranscodeOptions, transcode
-from megahour.ingest import binpack, object_store, quarantine
+from megahour.ingest import binpack, landed, object_store, quarantine
 from megahour.ingest.config import IngestConfig
 from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
 from megahour.ingest.runfiles import RunDir, RunDirError, write_json
@@ -194,7 +194,7 @@ def execute(
 
 def landing_files(landing: str | Path, skipped: list[str] | None = None) -> list[ObjectInfo]:
     """The recordings in a landing zone (a folder or a bucket prefix), sorted; hidden files are uploads
-    still in flight. In a folder, a LeRobot dataset (a sub-folder with meta/info.json) gives one entry
+    still in flight. A LeRobot dataset (a sub-folder or sub-prefix with meta/info.json) gives one entry
     per episode (``<dataset>#episode=<n>``, each with the dataset's bytes shared out)."""
     found = [
         info
@@ -202,8 +202,11 @@ def landing_files(landing: str | Path, skipped: list[str] | None = None) -> list
         if Path(info.location.name).suffix.lower() in LANDING_SUFFIXES
         and not info.location.name.startswith(".")
     ]
-    if not is_remote(landing):
-        found += _lerobot_episodes(Path(landing), skipped if skipped is not None else [])
+    skipped = skipped if skipped is not None else []
+    if is_remote(landing):
+        found += landed.remote_episodes(str(landing), skipped)
+    else:
+        found += _lerobot_episodes(Path(landing), skipped)
     return sorted(found, key=lambda info: info.location.key)
 
 
@@ -364,24 +367,18 @@ def _dataset_episode(path: str) -> tuple[Path, int] | None:
 
 def fetch_landed(ctx: StepContext, path: str) -> str:
     """The recording at ``path`` as a local file: itself, or (a landing zone in a bucket) its copy under
-    staging/landed/, fetched once with the robot mapping files beside it (a retry reuses the copy)."""
+    staging/landed/, fetched once with the robot mapping files beside it (a retry reuses the copy); an
+    episode of a dataset in a bucket as a local episode ref (``landed.fetch_episode``)."""
     if not is_remote(path):
         return path
-    location = parse(path)
-    landed = ctx.run.staging / LANDED_DIR
-    local = landed / location.name
-    tag = landed / f".{location.name}.etag"
+    staging = ctx.run.staging / LANDED_DIR
     try:
-        head = store.bucket(location.bucket).head(location.key)
-        if not (local.exists() and tag.exists() and tag.read_text() == f"{head.size} {head.etag}"):
-            store.fetch(location, local)
-            atomic_write_text(tag, f"{head.size} {head.etag}")
-        # The mapping files are small: fetched every time, so a corrected mapping is used on the retry.
-        for name in (f"{Path(location.name).stem}.robot.yaml", "robot.yaml"):
-            try:
-                store.fetch(location.sibling(name), landed / name)
-            except ObjectMissing:
-                (landed / name).unlink(missing_ok=True)
+        if _dataset_episode(path) is not None:
+            return landed.fetch_episode(path, staging)
+        location = parse(path)
+        local = staging / location.name
+        landed.fetch_once(store.bucket(location.bucket).head(location.key), local)
+        landed.fetch_mappings(location, Path(location.name).stem, staging)
     except StoreError as exc:
         raise StepFailed(f"{path}: {exc}") from None
     return str(local)

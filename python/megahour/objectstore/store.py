@@ -18,7 +18,7 @@ import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from megahour import atomicio
@@ -175,6 +175,39 @@ class Bucket:
         )
         return sorted(infos, key=lambda info: info.location.key)
 
+    def folders(self, prefix: str) -> list[str]:
+        """The keys of the sub-folders directly under ``prefix`` (``a/b`` gives ``a/b/c``), sorted."""
+        import obstore
+
+        prefix = prefix.rstrip("/")
+        try:
+            found = obstore.list_with_delimiter(self._store, prefix=prefix or None)["common_prefixes"]
+        except Exception as exc:
+            raise self._fail("list", prefix + "/", exc) from None
+        return sorted(str(p).rstrip("/") for p in found)
+
+    def walk(self, prefix: str) -> list[ObjectInfo]:
+        """Every object under ``prefix`` as a folder, sub-folders too, sorted by key."""
+        import obstore
+
+        prefix = prefix.rstrip("/")
+        try:
+            batches = obstore.list(self._store, prefix=prefix or None).collect()
+        except Exception as exc:
+            raise self._fail("list", prefix + "/", exc) from None
+        infos = sorted(
+            (
+                ObjectInfo(Location("s3", self.name, m["path"]), int(m["size"]), m.get("e_tag") or "")
+                for m in batches
+            ),
+            key=lambda info: info.location.key,
+        )
+        # Folder markers are not files: the empty objects named like a folder that consoles and some
+        # stores make (the client drops their trailing '/'), and the folders a filesystem-backed store
+        # (s3proxy) lists with their directory's size. Each is named like another key's folder.
+        folders = {str(PurePosixPath(i.location.key).parent) for i in infos}
+        return [i for i in infos if i.location.key not in folders]
+
     def download(self, key: str, dest: Path, mode: int = 0o644) -> int:
         """The whole object into ``dest``, atomically (a killed download leaves no ``dest``)."""
         import obstore
@@ -276,6 +309,31 @@ def list_folder(location: str | Location) -> list[ObjectInfo]:
                 continue
         return found
     return bucket(loc.bucket).list(loc.key)
+
+
+def list_folders(location: str | Location) -> list[Location]:
+    """The sub-folders directly in a folder or under a prefix, sorted; in a folder, hidden ones are left
+    out (copies in flight)."""
+    loc = parse(location) if isinstance(location, str) else location
+    if loc.scheme == FILE:
+        return [
+            Location(FILE, "", str(p))
+            for p in sorted(Path(loc.key).iterdir())
+            if p.is_dir() and not p.name.startswith(".")
+        ]
+    return [Location(loc.scheme, loc.bucket, key) for key in bucket(loc.bucket).folders(loc.key)]
+
+
+def list_tree(location: str | Location) -> list[ObjectInfo]:
+    """Every object (file) below a folder or prefix, sub-folders included, sorted by name."""
+    loc = parse(location) if isinstance(location, str) else location
+    if loc.scheme == FILE:
+        return [
+            ObjectInfo(Location(FILE, "", str(p)), p.stat().st_size)
+            for p in sorted(Path(loc.key).rglob("*"))
+            if p.is_file()
+        ]
+    return bucket(loc.bucket).walk(loc.key)
 
 
 def fetch(location: str | Location, dest: Path, mode: int = 0o644) -> int:

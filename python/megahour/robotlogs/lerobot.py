@@ -68,12 +68,20 @@ def episode_id(name: str, index: int) -> str:
     return f"{name}-{index:06d}"
 
 
-def parse_ref(text: str) -> tuple[Path, int] | None:
-    """(the dataset folder, the episode index) of an ``episode_ref``; None for any other path."""
+def split_ref(text: str) -> tuple[str, int] | None:
+    """(the dataset's folder or s3:// prefix as written, the episode index) of an ``episode_ref``; None
+    for any other path."""
     root, sep, index = str(text).rpartition(EPISODE_REF)
     if not sep or not index.isdigit():
         return None
-    return Path(root), int(index)
+    return root, int(index)
+
+
+def parse_ref(text: str) -> tuple[Path, int] | None:
+    """(the dataset folder, the episode index) of an ``episode_ref`` to a local folder; None for any
+    other path."""
+    ref = split_ref(text)
+    return None if ref is None else (Path(ref[0]), ref[1])
 
 
 def dataset_bytes(root: str | Path) -> int:
@@ -130,6 +138,40 @@ def list_episodes(root: str | Path) -> list[int]:
     return [int(r["episode_index"]) for r in _episodes_table(read_info(root))]
 
 
+def episode_files(root: str | Path, episode_index: int) -> list[str]:
+    """The files episode ``episode_index`` is read from besides meta/ (its data file and each camera's
+    video file), relative to the dataset's folder, as the dataset's meta/ names them."""
+    info = read_info(root)
+    episode = _episode(info, episode_index)
+    videos = [k for k, f in sorted(info.features.items()) if f.get("dtype") == "video"]
+    return [_data_file(info, episode)] + [
+        _video_file(info, episode, k) for k in videos if f"videos/{k}/chunk_index" in episode
+    ]
+
+
+def _episode(info: DatasetInfo, episode_index: int) -> dict:
+    episodes = {int(r["episode_index"]): r for r in _episodes_table(info)}
+    if episode_index not in episodes:
+        raise EpisodeError(
+            str(info.root), f"has no episode {episode_index}", fix=f"choose one of {sorted(episodes)}"
+        )
+    return episodes[episode_index]
+
+
+def _data_file(info: DatasetInfo, episode: dict) -> str:
+    return info.data_path.format(
+        chunk_index=episode["data/chunk_index"], file_index=episode["data/file_index"]
+    )
+
+
+def _video_file(info: DatasetInfo, episode: dict, key: str) -> str:
+    return info.video_path.format(
+        video_key=key,
+        chunk_index=episode[f"videos/{key}/chunk_index"],
+        file_index=episode[f"videos/{key}/file_index"],
+    )
+
+
 def _tasks(info: DatasetInfo) -> dict[int, str]:
     import pyarrow.parquet as pq
 
@@ -147,8 +189,7 @@ def _frames(info: DatasetInfo, episode: dict, key: str, quality: int) -> list[by
     frame is compressed as it comes, so memory holds JPEGs, not an episode of RGB."""
     import av
 
-    chunk, file = episode[f"videos/{key}/chunk_index"], episode[f"videos/{key}/file_index"]
-    path = info.root / info.video_path.format(video_key=key, chunk_index=chunk, file_index=file)
+    path = info.root / _video_file(info, episode, key)
     start, end = float(episode[f"videos/{key}/from_timestamp"]), float(episode[f"videos/{key}/to_timestamp"])
     frames = []
     try:
@@ -202,12 +243,7 @@ def read_streams(root: str | Path, mapping: RobotMapping, episode_index: int) ->
     import pyarrow.parquet as pq
 
     info = read_info(root)
-    episodes = {int(r["episode_index"]): r for r in _episodes_table(info)}
-    if episode_index not in episodes:
-        raise EpisodeError(
-            str(root), f"has no episode {episode_index}", fix=f"choose one of {sorted(episodes)}"
-        )
-    episode = episodes[episode_index]
+    episode = _episode(info, episode_index)
     source = f"{info.root}#episode={episode_index}"
     streams = Streams(source=source, format=FORMAT)
     for what, key in [
@@ -237,9 +273,7 @@ def read_streams(root: str | Path, mapping: RobotMapping, episode_index: int) ->
                 f"camera {name}: feature {key!r} is {info.features[key].get('dtype')}, not video",
                 "map a video feature",
             )
-    data = info.root / info.data_path.format(
-        chunk_index=episode["data/chunk_index"], file_index=episode["data/file_index"]
-    )
+    data = info.root / _data_file(info, episode)
     columns = ["timestamp", "frame_index", "episode_index", "task_index", mapping.joint_states]
     if mapping.action:
         columns.append(mapping.action)
