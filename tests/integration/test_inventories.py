@@ -51,6 +51,40 @@ def test_generated_local_inventory_is_valid(run, local_inventory):
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("cache_on_store", [True, False])
+def test_a_local_inventory_with_the_store_resolves_its_settings_without_its_facts(
+    run, tmp_path, cache_on_store
+):
+    """With the store container, the ingest service and (unless local_cache_on_store is false) the cache
+    tier reach it by its name: a run limited to the controller, which never gathers the store's facts,
+    still resolves every store setting."""
+    inv = tmp_path / "local"
+    shutil.copytree(REPO / "inventories" / "local" / "group_vars", inv / "group_vars")
+    (inv / "hosts.yml").write_text(ClusterSpec(remote_store=True).inventory_yaml())
+    wanted = "[airflow_store_environment, alluxio_root_ufs, alluxio_under_store_url, alluxio_site_config]"
+    debug = ["-m", "ansible.builtin.debug", "-a", f"msg={{{{ {wanted} | to_json }}}}"]
+    extra = [
+        "-e",
+        f"megahour_secrets_dir={tmp_path / 'secrets'}",
+        "-e",
+        f"local_cache_on_store={cache_on_store}",
+    ]
+    proc = run([tool("ansible"), "-i", str(inv), "ctl", *debug, *extra])
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    environment, root, under_store, site = json.loads(yaml.safe_load(proc.stdout.split("=>", 1)[1])["msg"])
+    secret = (tmp_path / "secrets" / "store_secret_key").read_text().strip()
+    assert environment == {
+        "AWS_ACCESS_KEY_ID": "megahour-local",
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_ENDPOINT_URL": "http://store:8082",
+    }
+    if cache_on_store:
+        assert (root, under_store) == ("s3://megahour/", "http://store:8082")
+        assert site["alluxio.underfs.s3.endpoint"] == "http://store:8082"
+    else:
+        assert (root, under_store, site) == ("/srv/megahour", "", {})
+
+
 def _break(tmp_path: Path, edit) -> Path:
     """The bare-metal example with ``edit(cluster_groups, compute_vars, all_vars, top_groups)`` applied."""
     inv = tmp_path / "vendor"

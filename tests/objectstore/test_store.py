@@ -42,6 +42,7 @@ def test_sub_folders_and_whole_trees_list_alike_in_buckets_and_folders(where, s3
         bucket = store.bucket(s3.make_bucket("trees"))
         for key in keys:
             bucket.put_bytes(key.encode(), key)
+        (s3.root / "trees" / "site" / "ds" / "empty").mkdir()  # s3proxy lists it as an object
         root = "s3://trees/site"
     else:
         for key in keys:
@@ -70,13 +71,21 @@ def test_wrong_credentials_name_the_bucket_and_their_source_never_the_secret(s3,
     s3.make_bucket("labdata")
     wrong = "not-the-secret-" + s3.credential[:6]
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong)
-    with pytest.raises(store.AccessDenied) as denied:
-        store.bucket("labdata").head("landing/ep.bag")
-    message = str(denied.value)
-    assert "s3://labdata/landing/ep.bag" in message and "bucket labdata" in message
-    assert "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment" in message
-    assert wrong not in message and s3.credential not in message
-    assert len(message.splitlines()) == 1
+    # every kind of request: the client reports a refused listing as a generic error with the status
+    for url, call in [
+        ("s3://labdata/landing/ep.bag", lambda: store.bucket("labdata").head("landing/ep.bag")),
+        ("s3://labdata/landing/", lambda: store.list_folder("s3://labdata/landing")),
+        ("s3://labdata/landing/", lambda: store.list_tree("s3://labdata/landing")),
+        ("s3://labdata/landing/", lambda: store.list_folders("s3://labdata/landing")),
+        ("s3://labdata/landing/ep.bag", lambda: store.bucket("labdata").put_bytes(b"x", "landing/ep.bag")),
+    ]:
+        with pytest.raises(store.AccessDenied) as denied:
+            call()
+        message = str(denied.value)
+        assert message.startswith(f"{url}: ") and "bucket labdata" in message
+        assert "AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY from the environment" in message
+        assert wrong not in message and s3.credential not in message
+        assert len(message.splitlines()) == 1
 
 
 def test_a_missing_object_and_an_unreachable_store_say_which(s3, monkeypatch) -> None:

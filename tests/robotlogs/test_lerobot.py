@@ -240,3 +240,13 @@ def test_an_export_refuses_an_existing_folder_and_leaves_nothing_when_it_fails(
             tmp_path / "half",
         )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
+
+
+@pytest.mark.parametrize("template", ["../../elsewhere/file-{file_index:03d}.parquet", "/etc/{chunk_index}"])
+def test_a_data_path_that_leads_out_of_the_dataset_is_refused(tmp_path, template) -> None:
+    dataset = tmp_path / "ds"
+    shutil.copytree(DATASET, dataset)
+    info_path = dataset / "meta" / "info.json"
+    info_path.write_text(json.dumps({**json.loads(info_path.read_text()), "data_path": template}))
+    with pytest.raises(CorruptEpisodeError, match=r"data_path .* leads out of the dataset's folder"):
+        lerobot.episode_files(dataset, 0)

@@ -37,7 +37,7 @@ from megahour.ingest.landing import LABEL_KEYS, LABELS_METADATA
 from megahour.ingest.runfiles import RunDir, RunDirError, write_json
 from megahour.ingest.steps import enabled_steps, run_outcome, spec
 from megahour.objectstore import store
-from megahour.objectstore.location import FILE, Location, LocationError, is_remote, parse
+from megahour.objectstore.location import LocationError, is_remote, parse
 from megahour.objectstore.store import ObjectInfo, ObjectMissing, StoreError
 
 INGEST_VERSION = 1
@@ -202,31 +202,8 @@ def landing_files(landing: str | Path, skipped: list[str] | None = None) -> list
         if Path(info.location.name).suffix.lower() in LANDING_SUFFIXES
         and not info.location.name.startswith(".")
     ]
-    skipped = skipped if skipped is not None else []
-    if is_remote(landing):
-        found += landed.remote_episodes(str(landing), skipped)
-    else:
-        found += _lerobot_episodes(Path(landing), skipped)
+    found += landed.dataset_entries(str(landing), skipped if skipped is not None else [])
     return sorted(found, key=lambda info: info.location.key)
-
-
-def _lerobot_episodes(landing: Path, skipped: list[str]) -> list[ObjectInfo]:
-    """One entry per episode of each LeRobot dataset folder; a folder that cannot be listed (a format
-    megahour does not read, a copy still in progress) is left for a later run, and named in ``skipped``."""
-    from megahour.robotlogs import lerobot
-
-    out = []
-    for folder in sorted(p for p in landing.iterdir() if p.is_dir() and not p.name.startswith(".")):
-        if not lerobot.is_dataset(folder):
-            continue
-        try:
-            episodes = lerobot.list_episodes(folder)
-        except (EpisodeError, OSError, ValueError) as exc:
-            skipped.append(f"{folder}: {exc}")
-            continue
-        share = lerobot.dataset_bytes(folder) // max(1, len(episodes))
-        out += [ObjectInfo(Location(FILE, "", lerobot.episode_ref(folder, i)), share) for i in episodes]
-    return out
 
 
 def discover(ctx: StepContext) -> dict:
@@ -494,7 +471,9 @@ def validate(ctx: StepContext, batch: int) -> dict:
             raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
-            bad.append(_quarantine(ctx, path, _quarantine_id(path, local), _reason(exc), landed=local))
+            bad.append(
+                _quarantine(ctx, path, _quarantine_id(path, local), _reason(exc, path, local), landed=local)
+            )
     ctx.log(f"validate batch {batch}: {len(ok)} good, {len(bad)} quarantined")
     return {"ok": ok, "quarantined": bad}
 
@@ -509,8 +488,15 @@ def _not_the_episode(exc: BaseException, path: str) -> None:
         ) from exc
 
 
-def _reason(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {exc}".strip()[:1000]
+def _reason(exc: BaseException, path: str = "", local: str = "") -> str:
+    """The quarantine reason; a recording fetched from a bucket is named by its URL, not by its copy."""
+    from megahour.robotlogs import lerobot
+
+    text = f"{type(exc).__name__}: {exc}".strip()
+    if local and local != path:
+        copy, source = ((lerobot.split_ref(p) or (p, 0))[0] for p in (local, path))
+        text = text.replace(copy, source)
+    return text[:1000]
 
 
 def _validated(ctx: StepContext, batch: int) -> list[dict]:
@@ -532,7 +518,7 @@ def _validated(ctx: StepContext, batch: int) -> list[dict]:
             raise
         except (*EPISODE_FAILURES, StepFailed) as exc:
             _not_the_episode(exc, path)
-            _quarantine(ctx, path, _quarantine_id(path, local), _reason(exc), landed=local)
+            _quarantine(ctx, path, _quarantine_id(path, local), _reason(exc, path, local), landed=local)
     return episodes
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import re
 import shutil
 import threading
 from collections.abc import Mapping
@@ -61,6 +62,15 @@ def _first_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+# The client raises a typed error for a refused GET or HEAD, but a generic one, with the HTTP status in its
+# text, for a refused listing.
+_REFUSED_STATUS = re.compile(r"status code: (401|403)\b")
+
+
+def _refused(exc: Exception) -> bool:
+    return bool(_REFUSED_STATUS.search(str(exc)))
+
+
 class Bucket:
     """One S3 bucket. Thread-safe: obstore's client pools connections and may be shared."""
 
@@ -100,7 +110,7 @@ class Bucket:
 
         url = f"s3://{self.name}/{key}"
         where = self.settings.endpoint or f"AWS S3 in {self.settings.region}"
-        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)):
+        if isinstance(exc, (PermissionDeniedError, UnauthenticatedError)) or _refused(exc):
             return AccessDenied(
                 f"{url}: the store at {where} refused to {action} it with the credentials of "
                 f"{self.settings.credential_source}: give credentials that may {action} objects in bucket "
@@ -202,11 +212,12 @@ class Bucket:
             ),
             key=lambda info: info.location.key,
         )
-        # Folder markers are not files: the empty objects named like a folder that consoles and some
-        # stores make (the client drops their trailing '/'), and the folders a filesystem-backed store
-        # (s3proxy) lists with their directory's size. Each is named like another key's folder.
+        # Folders are not files: the empty markers named like a folder that consoles and some stores make
+        # (the client drops their trailing '/'), each named like another key's folder; and the folders a
+        # filesystem-backed store (s3proxy) lists as objects without an ETag, empty ones too (S3 and the
+        # S3-compatible stores give every object an ETag).
         folders = {str(PurePosixPath(i.location.key).parent) for i in infos}
-        return [i for i in infos if i.location.key not in folders]
+        return [i for i in infos if i.location.key not in folders and i.etag]
 
     def download(self, key: str, dest: Path, mode: int = 0o644) -> int:
         """The whole object into ``dest``, atomically (a killed download leaves no ``dest``)."""

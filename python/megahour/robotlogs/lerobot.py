@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from fractions import Fraction
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 
@@ -107,6 +107,14 @@ def read_info(root: str | Path) -> DatasetInfo:
             f"is a LeRobot dataset of format {version or '(none)'}, megahour reads {', '.join(VERSIONS)}",
             fix="convert it with LeRobot's own script (lerobot.datasets.v30.convert_dataset_v21_to_v30)",
         )
+    for key in ("data_path", "video_path"):
+        template = str(info.get(key) or "")
+        if template.startswith("/") or ".." in PurePosixPath(template).parts:
+            raise CorruptEpisodeError(
+                str(root / "meta" / "info.json"),
+                f"{key} {template!r} leads out of the dataset's folder",
+                fix="give a path relative to the dataset, as LeRobot writes it",
+            )
     return DatasetInfo(
         root=root,
         version=version,
@@ -142,7 +150,16 @@ def episode_files(root: str | Path, episode_index: int) -> list[str]:
     """The files episode ``episode_index`` is read from besides meta/ (its data file and each camera's
     video file), relative to the dataset's folder, as the dataset's meta/ names them."""
     info = read_info(root)
-    episode = _episode(info, episode_index)
+    return _files_of(info, _episode(info, episode_index))
+
+
+def dataset_files(root: str | Path) -> dict[int, list[str]]:
+    """``episode_files`` of every episode, from one read of meta/."""
+    info = read_info(root)
+    return {int(r["episode_index"]): _files_of(info, r) for r in _episodes_table(info)}
+
+
+def _files_of(info: DatasetInfo, episode: dict) -> list[str]:
     videos = [k for k, f in sorted(info.features.items()) if f.get("dtype") == "video"]
     return [_data_file(info, episode)] + [
         _video_file(info, episode, k) for k in videos if f"videos/{k}/chunk_index" in episode
