@@ -130,6 +130,26 @@ def test_an_object_store_root_maps_the_shared_filesystems_uris() -> None:
         config.object_key("/data/e.mcap")
 
 
+def test_a_directory_root_maps_the_uris_of_the_bucket_that_serves_it() -> None:
+    """The local cluster's store serves the cache's directory as bucket megahour: episodes ingested
+    through it are the cache's objects too, at the same keys; another bucket is not."""
+    import dataclasses
+
+    config = CacheConfig.from_dict(
+        {
+            **dataclasses.replace(make_config(), root_ufs="/srv/megahour").to_dict(),
+            "store_root": "s3://megahour/",
+        }
+    )
+    assert config.store_root == "s3://megahour"
+    assert config.object_key("s3://megahour/verify/storage/e.mcap") == "verify/storage/e.mcap"
+    assert config.object_key("file:///srv/megahour/verify/storage/e.mcap") == "verify/storage/e.mcap"
+    with pytest.raises(
+        DeliveryError, match="not below the cache's under-store /srv/megahour or s3://megahour"
+    ):
+        config.object_key("s3://other/verify/e.mcap")
+
+
 def test_a_root_in_another_kind_of_store_says_how_to_fix_the_fallback() -> None:
     import dataclasses
 

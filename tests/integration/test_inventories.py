@@ -61,7 +61,13 @@ def test_a_local_inventory_with_the_store_resolves_its_settings_without_its_fact
     inv = tmp_path / "local"
     shutil.copytree(REPO / "inventories" / "local" / "group_vars", inv / "group_vars")
     (inv / "hosts.yml").write_text(ClusterSpec(remote_store=True).inventory_yaml())
-    wanted = "[airflow_store_environment, alluxio_root_ufs, alluxio_under_store_url, alluxio_site_config]"
+    names = [
+        "airflow_store_environment",
+        "alluxio_root_ufs",
+        "alluxio_under_store_url",
+        "alluxio_site_config",
+    ]
+    wanted = f"[{', '.join([*names, 'alluxio_store_root'])}]"
     debug = ["-m", "ansible.builtin.debug", "-a", f"msg={{{{ {wanted} | to_json }}}}"]
     extra = [
         "-e",
@@ -71,7 +77,9 @@ def test_a_local_inventory_with_the_store_resolves_its_settings_without_its_fact
     ]
     proc = run([tool("ansible"), "-i", str(inv), "ctl", *debug, *extra])
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    environment, root, under_store, site = json.loads(yaml.safe_load(proc.stdout.split("=>", 1)[1])["msg"])
+    environment, root, under_store, site, store_root = json.loads(
+        yaml.safe_load(proc.stdout.split("=>", 1)[1])["msg"]
+    )
     secret = (tmp_path / "secrets" / "store_secret_key").read_text().strip()
     assert environment == {
         "AWS_ACCESS_KEY_ID": "megahour-local",
@@ -79,10 +87,10 @@ def test_a_local_inventory_with_the_store_resolves_its_settings_without_its_fact
         "AWS_ENDPOINT_URL": "http://store:8082",
     }
     if cache_on_store:
-        assert (root, under_store) == ("s3://megahour/", "http://store:8082")
+        assert (root, under_store, store_root) == ("s3://megahour/", "http://store:8082", "")
         assert site["alluxio.underfs.s3.endpoint"] == "http://store:8082"
     else:
-        assert (root, under_store, site) == ("/srv/megahour", "", {})
+        assert (root, under_store, site, store_root) == ("/srv/megahour", "", {}, "s3://megahour")
 
 
 def _break(tmp_path: Path, edit) -> Path:

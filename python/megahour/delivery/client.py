@@ -69,6 +69,9 @@ class CacheConfig:
     # Where the nodes see the same objects as files (the episode store's file:// URIs), when root_ufs is
     # an object store that serves a shared filesystem; empty when root_ufs is that directory itself.
     local_root: str = ""
+    # The other way round: the s3:// bucket URL that serves root_ufs's directory (the local cluster's
+    # store), so episodes stored through the bucket map to the same cached objects; empty otherwise.
+    store_root: str = ""
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "cache config") -> CacheConfig:
@@ -86,6 +89,7 @@ class CacheConfig:
                 retry_down_after_s=float(data.get("retry_down_after_s", 10.0)),
                 worker_web_port=int(data.get("worker_web_port", 30000)),
                 local_root=str(data.get("local_root", "") or "").rstrip("/"),
+                store_root=str(data.get("store_root", "") or "").rstrip("/"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeliveryError(
@@ -119,6 +123,7 @@ class CacheConfig:
             "retry_down_after_s": self.retry_down_after_s,
             "worker_web_port": self.worker_web_port,
             "local_root": self.local_root,
+            "store_root": self.store_root,
         }
 
     def save(self, path: str | Path) -> None:
@@ -129,7 +134,7 @@ class CacheConfig:
         """The episode's path below root_ufs (``BUCKET/KEY`` to the proxies' S3 API); the storage URI
         itself when there is no cache tier (no root_ufs: ``direct_client``)."""
         text = storage_uri.removeprefix("file://")
-        roots = [r.removeprefix("file://") for r in (self.root_ufs, self.local_root) if r]
+        roots = [r.removeprefix("file://") for r in (self.root_ufs, self.local_root, self.store_root) if r]
         if not roots:
             return storage_uri
         root = next((r for r in roots if text.startswith(r + "/")), None)
