@@ -18,7 +18,7 @@ class _Source:
 
 def test_manifest_inspect_prints_the_query_as_written(monkeypatch, capsys, tmp_path) -> None:
     info = manifest.ManifestInfo(
-        "megahour-manifest/1",
+        "megahour-manifest/2",
         3,
         1,
         [3],

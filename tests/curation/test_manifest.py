@@ -20,6 +20,14 @@ from tests.curation.conftest import make_records
 N = 1000
 
 
+def _data_hash(path) -> str:
+    source, reader, _ = manifest.open_file(path)
+    try:
+        return manifest.batches_hash(reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches)))
+    finally:
+        source.close()
+
+
 @pytest.fixture
 def filled(warehouse, database) -> str:
     episodes_table.upsert(warehouse, make_records(N), database)
@@ -52,7 +60,8 @@ def test_selection_matches_a_python_filter_and_is_deterministic(warehouse, fille
         selection=sql.Selection(where="duration_s >= 100"),
         database=filled,
     )
-    assert again.content_sha256 == result.content_sha256
+    # The same rows in the same order (the file's own hash differs: its metadata has the build time).
+    assert _data_hash(tmp_path / "again.arrow") == _data_hash(path)
     other_seed = build.build_manifest(
         warehouse,
         tmp_path / "seed.arrow",
@@ -60,7 +69,7 @@ def test_selection_matches_a_python_filter_and_is_deterministic(warehouse, fille
         selection=sql.Selection(where="duration_s >= 100", seed=5),
         database=filled,
     )
-    assert other_seed.content_sha256 != result.content_sha256  # same rows, another order
+    assert _data_hash(tmp_path / "seed.arrow") != _data_hash(path)  # same rows, another order
 
 
 def test_sampling_and_task_weights_are_deterministic_subsets(warehouse, filled, tmp_path) -> None:
@@ -191,7 +200,7 @@ def test_a_damaged_source_is_never_published(built, tmp_path) -> None:
     dest = tmp_path / "node" / "m.arrow"
     with pytest.raises(ManifestError, match=r"in 2 attempts: .*content hash"):
         fetch.fetch(str(bad), dest, attempts=2)
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["m.arrow.lock"]  # no temporary, no stamp
+    assert sorted(p.name for p in dest.parent.iterdir()) == []  # no temporary, no stamp, no lock
 
 
 def test_a_damaged_download_is_fetched_again(built, tmp_path, monkeypatch) -> None:
@@ -229,7 +238,7 @@ def test_a_leftover_partial_download_is_replaced(built, tmp_path) -> None:
     dest.with_name("m.arrow.part").write_bytes(b"ARROW1 where older versions downloaded")
     assert fetch.fetch(str(path), dest).downloaded
     assert dest.read_bytes() == path.read_bytes()
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["m.arrow", "m.arrow.lock", "m.arrow.verified"]
+    assert sorted(p.name for p in dest.parent.iterdir()) == ["m.arrow", "m.arrow.verified"]
 
 
 def test_not_a_manifest_is_named(tmp_path) -> None:
@@ -329,9 +338,110 @@ def test_the_hash_covers_the_schema_as_well_as_the_rows(built) -> None:
     source, reader, _ = manifest.open_file(path)
     batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     renamed = reader.schema.remove_metadata().set(0, pa.field("id", pa.string(), nullable=False))
-    assert manifest.content_hash(reader.schema, batches) == result.content_sha256
-    assert manifest.content_hash(renamed, batches) != result.content_sha256
+    assert manifest.batches_hash(renamed, batches) != manifest.batches_hash(reader.schema, batches)
     source.close()
+    assert manifest.file_hash(path, result.content_sha256)[0] == result.content_sha256
+
+
+def _flipped(path, offset: int, out):
+    data = bytearray(path.read_bytes())
+    data[offset] ^= 0x01
+    out.write_bytes(bytes(data))
+    return out
+
+
+def test_a_flipped_byte_anywhere_in_the_file_fails_verify(built, tmp_path) -> None:
+    """The audit's case: the leading magic and the schema message were outside the old hash, so a flip
+    there passed and was stamped. Every region now: magic, schema message, its metadata (the digest's
+    own copies included), each batch, the footer and the trailing magic."""
+    path, result = built
+    data = path.read_bytes()
+    (schema_length,) = struct.unpack_from("<i", data, 12)
+    digest_at = data.index(result.content_sha256.encode())
+    (footer_length,) = struct.unpack_from("<i", data, len(data) - 10)
+    footer_digest_at = data.rindex(result.content_sha256.encode())
+    assert footer_digest_at > len(data) - 10 - footer_length  # the footer's own copy of the schema
+    offsets = {
+        "leading magic": 0,
+        "schema message": 8 + 8 + 4,
+        "query text in the metadata": data.index(b"duration_s >= 100"),
+        "digest in the schema message": digest_at,
+        "first batch": 8 + 8 + schema_length + 40,
+        "last batch": len(data) - 10 - footer_length - 9,
+        "footer": len(data) - 10 - footer_length + 4,
+        "digest in the footer": footer_digest_at + 63,
+        "trailing magic": len(data) - 1,
+    }
+    for where, offset in offsets.items():
+        bad = _flipped(path, offset, tmp_path / "bad.arrow")
+        with pytest.raises(ManifestError, match=r"content hash|does not parse|not a complete|rows in|metadata"):
+            manifest.verify(bad)
+            pytest.fail(f"a flipped byte in the {where} (offset {offset}) passed verify")
+
+
+def test_a_format_1_manifest_from_an_older_release_still_verifies(built, tmp_path) -> None:
+    """Format 1 hashed the schema and the batches: such a file (written here as that release wrote it)
+    verifies with that hash, and a damaged batch in it still fails."""
+    path, _ = built
+    source, reader, info = manifest.open_file(path)
+    table = reader.read_all()
+    batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
+    source.close()
+    schema = table.schema.remove_metadata()
+    old = {**info.to_dict(), "format": "megahour-manifest/1", "content_sha256": manifest.batches_hash(schema, batches)}
+    legacy = tmp_path / "legacy.arrow"
+    with pa.OSFile(str(legacy), "wb") as sink, pa.ipc.new_file(
+        sink, schema.with_metadata({manifest.METADATA_KEY: json.dumps(old).encode()})
+    ) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+    assert manifest.verify(legacy).content_sha256 == old["content_sha256"]
+    data = bytearray(legacy.read_bytes())
+    (length,) = struct.unpack_from("<i", data, 12)
+    data[8 + 8 + length + 200] ^= 0x01
+    legacy.write_bytes(bytes(data))
+    with pytest.raises(ManifestError):
+        manifest.verify(legacy)
+
+
+def test_a_future_format_is_refused_with_the_fix(built, tmp_path) -> None:
+    path, result = built
+    data = path.read_bytes().replace(b"megahour-manifest/2", b"megahour-manifest/9")
+    (tmp_path / "future.arrow").write_bytes(data)
+    with pytest.raises(ManifestError, match=r"megahour-manifest/9.*rebuild it with this release"):
+        manifest.open_file(tmp_path / "future.arrow")
+
+
+def test_the_lock_is_removed_and_a_waiter_never_shares_it(tmp_path) -> None:
+    """Two callers: the second waits on the first's lock file; the first removes it on release; the
+    second must notice its file is gone and lock a new one, not run on the orphan alongside a third."""
+    import threading
+
+    lock = tmp_path / "m.arrow.lock"
+    inside = []
+    first_in = threading.Event()
+    release_first = threading.Event()
+
+    def holder(name, hold):
+        with fetch.node_lock(lock):
+            inside.append(name)
+            assert len(inside) == 1, f"{inside} hold the lock together"
+            first_in.set()
+            hold.wait(5)
+            inside.remove(name)
+
+    done = threading.Event()
+    done.set()
+    first = threading.Thread(target=holder, args=("first", release_first))
+    first.start()
+    first_in.wait(5)
+    waiters = [threading.Thread(target=holder, args=(f"w{i}", done)) for i in range(4)]
+    for w in waiters:
+        w.start()
+    release_first.set()
+    for t in [first, *waiters]:
+        t.join(10)
+    assert not lock.exists() and inside == []
 
 
 def test_a_damaged_batch_header_is_a_manifest_error_and_the_fetch_cleans_up(built, tmp_path) -> None:
@@ -351,7 +461,7 @@ def test_a_damaged_batch_header_is_a_manifest_error_and_the_fetch_cleans_up(buil
     dest = tmp_path / "node" / "m.arrow"
     with pytest.raises(ManifestError, match="in 2 attempts"):
         fetch.fetch(str(bad), dest, attempts=2)
-    assert sorted(p.name for p in dest.parent.iterdir()) == ["m.arrow.lock"]
+    assert list(dest.parent.iterdir()) == []
     assert first_rows > 0
 
 
@@ -383,8 +493,8 @@ def test_query_files_are_used_as_written_and_ordered_by_id(warehouse, filled, tm
     ids = reader.read_all().column("episode_id").to_pylist()
     source.close()
     assert ids == sorted(ids) and info.query.endswith("task = 'wipe'")
-    again = build.build_manifest(warehouse, tmp_path / "again.arrow", world_size=3, query=query.read_text())
-    assert again.content_sha256 == built_info["content_sha256"]
+    build.build_manifest(warehouse, tmp_path / "again.arrow", world_size=3, query=query.read_text())
+    assert _data_hash(tmp_path / "again.arrow") == _data_hash(out)
     assert cli.main([*args, "--where", "duration_s > 1"]) == 1
     assert "--where would be ignored" in capsys.readouterr().err
     no_id = tmp_path / "noid.sql"

@@ -6,8 +6,10 @@
   temporary file and downloads again (``attempts`` in all), so a trainer never opens a damaged file.
 - Only then is the file renamed onto ``DEST`` and a stamp ``DEST.verified`` written (both atomic and
   durable). The loader refuses a manifest whose stamp is missing or does not match the file.
-- Every rank may call it: a lock file lets one process download while the others wait, and a current,
-  verified copy is not downloaded again.
+- Every rank may call it: a lock file (``DEST.lock``) lets one process download while the others wait,
+  and a current, verified copy is not downloaded again. The holder removes the lock file when it is
+  done; a waiter that then gets the lock checks it still holds the file at that name, and locks the
+  new one if not, so two callers never both hold it.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import json
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -150,6 +153,38 @@ def _download(source: RangeSource, fd: int, parallel: int, part_bytes: int, prog
     return len(ranges)
 
 
+@contextmanager
+def node_lock(lock_path: Path) -> Iterator[None]:
+    """Hold ``lock_path`` exclusively (flock), and remove it on the way out.
+
+    Removing a lock file others may be waiting on is safe only with the check after the flock: a waiter
+    woken on the removed file sees that the name now leads elsewhere (or nowhere) and tries again."""
+    while True:
+        # Created world-writable (as the umask allows) so that callers running as other users can lock it.
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # one downloader per node; the others wait, then reuse
+            held = os.fstat(fd)
+            try:
+                named = os.stat(lock_path)
+            except FileNotFoundError:
+                named = None
+        except BaseException:
+            os.close(fd)
+            raise
+        if named is not None and (named.st_dev, named.st_ino) == (held.st_dev, held.st_ino):
+            break
+        os.close(fd)  # the previous holder removed it: lock the file now at that name
+    try:
+        yield
+    finally:
+        try:
+            lock_path.unlink()  # still holding it, so no waiter can have taken it yet
+        except OSError:
+            pass  # gone already, or a directory this user may not change: a leftover lock is harmless
+        os.close(fd)
+
+
 def fetch(
     source_url: str,
     dest: str | Path,
@@ -176,10 +211,7 @@ def fetch(
             **how,
         )
 
-    # Created world-writable (as the umask allows) so that callers running as other users can lock it.
-    lock_fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o666)
-    with os.fdopen(lock_fd, "r+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)  # one downloader per node; the others wait, then reuse
+    with node_lock(lock_path):
         try:
             source = open_source(source_url)
         except EpisodeError as exc:

@@ -7,8 +7,15 @@ the heap (a 120 MB manifest costs 120 MB per rank) and cannot be memory-mapped z
 
 Embedded metadata (schema key ``megahour.manifest``, JSON): the query, the warehouse URL (no
 credentials) and version, a snapshot of the table (rows and newest ingest version at build time), the
-row count, the world size the batches were laid out for, and ``content_sha256``: the SHA-256 over every
-record batch's IPC message. ``fetch`` recomputes it before a manifest may be opened.
+row count, the world size the batches were laid out for, and ``content_sha256``.
+
+``content_sha256`` (format 2) is the SHA-256 of the whole file, byte for byte (both magics, the schema
+message and its metadata, every batch, the footer), read with each place the digest itself is written
+(``"content_sha256": "<64 hex>"`` in the schema message and in the footer) holding 64 zeros instead:
+the writer hashes the file with that placeholder, then writes the digest over it. A flipped byte
+anywhere in the file, the digest's own copies included, fails ``verify``. ``fetch`` recomputes it
+before a manifest may be opened. Format 1 files (older releases) hashed the schema and the batches
+only; they still verify that way until rebuilt.
 """
 
 from __future__ import annotations
@@ -16,6 +23,8 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+import mmap
+import os
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -29,8 +38,12 @@ from megahour.atomicio import atomic_writer
 from megahour.curation import slicing
 from megahour.curation.errors import EmptySelectionError, ManifestError
 
-FORMAT = "megahour-manifest/1"
+FORMAT = "megahour-manifest/2"
+# Read too: format 1's hash covers the schema and the batches only (``batches_hash``).
+LEGACY_FORMATS = ("megahour-manifest/1",)
 METADATA_KEY = b"megahour.manifest"
+PLACEHOLDER = "0" * 64
+HASH_CHUNK = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -96,13 +109,53 @@ def batches_for(table: pa.Table, world_size: int) -> list[pa.RecordBatch]:
     return out
 
 
-def content_hash(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> str:
-    """SHA-256 over the schema (names and types, without the manifest metadata) and every batch's IPC
-    message: what the file holds, independent of the metadata that carries the hash itself."""
+def batches_hash(schema: pa.Schema, batches: Iterable[pa.RecordBatch]) -> str:
+    """Format 1's hash: SHA-256 over the schema (names and types, without the manifest metadata) and
+    every batch's IPC message. It misses the magics, the metadata and the footer (format 2 does not)."""
     digest = hashlib.sha256(schema.remove_metadata().serialize())
     for batch in batches:
         digest.update(batch.serialize())  # one batch at a time: the copy is never the whole file
     return digest.hexdigest()
+
+
+def _digest_field(hex_digest: str) -> bytes:
+    """How the digest is spelled in the embedded JSON (json.dumps' default separators)."""
+    return f'"content_sha256": "{hex_digest}"'.encode()
+
+
+def _digest_offsets(data: mmap.mmap, hex_digest: str) -> list[int]:
+    """Where the 64 hex digits of each ``"content_sha256": "<hex_digest>"`` in ``data`` begin."""
+    needle = _digest_field(hex_digest)
+    start = len(needle) - len(hex_digest) - 1
+    offsets = []
+    at = data.find(needle)
+    while at >= 0:
+        offsets.append(at + start)
+        at = data.find(needle, at + len(needle))
+    return offsets
+
+
+def file_hash(path: str | Path, declared: str) -> tuple[str, list[int]]:
+    """SHA-256 of the file at ``path`` read with every spelled copy of ``declared`` (the digest the file
+    states) replaced by the placeholder, and where those copies are. A copy that was damaged no longer
+    spells ``declared``, so it is hashed as it is and the digest differs."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size == 0:
+            return digest.hexdigest(), []
+        with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            offsets = _digest_offsets(data, declared)
+            position = 0
+            for offset in [*offsets, size]:
+                while position < offset:  # in chunks: hashlib copies nothing, the page cache does the rest
+                    end = min(offset, position + HASH_CHUNK)
+                    digest.update(data[position:end])
+                    position = end
+                if offset < size:
+                    digest.update(PLACEHOLDER.encode())
+                    position = offset + len(PLACEHOLDER)
+    return digest.hexdigest(), offsets
 
 
 def write_manifest(
@@ -130,28 +183,34 @@ def write_manifest(
             f"no manifest was written to {path}: select more episodes or use fewer ranks"
         )
     batches = batches_for(table, world_size)
-    info = ManifestInfo(
+    draft = ManifestInfo(
         format=FORMAT,
         rows=table.num_rows,
         world_size=world_size,
         batch_rows=[b.num_rows for b in batches],
         columns=list(table.schema.names),
-        content_sha256=content_hash(table.schema, batches),
+        content_sha256=PLACEHOLDER,
         query=query,
         warehouse=warehouse,
         warehouse_version=warehouse_version,
         snapshot=snapshot or {},
         created_at=dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
     )
-    schema = table.schema.with_metadata({METADATA_KEY: json.dumps(info.to_dict()).encode()})
+    schema = table.schema.with_metadata({METADATA_KEY: json.dumps(draft.to_dict()).encode()})
     # Readable by the job user and by whatever serves it, whoever built it.
-    with (
-        atomic_writer(path, 0o644) as handle,
-        ipc.new_file(handle, schema, options=ipc.IpcWriteOptions(compression=None)) as writer,
-    ):
-        for batch in batches:
-            writer.write_batch(batch)
-    return info
+    with atomic_writer(path, 0o644) as handle:
+        with ipc.new_file(handle, schema, options=ipc.IpcWriteOptions(compression=None)) as writer:
+            for batch in batches:
+                writer.write_batch(batch)
+        handle.flush()
+        # The hash of the file as written, placeholder in place; then the digest over the placeholder
+        # (same length: nothing moves), before the rename publishes it.
+        digest, offsets = file_hash(handle.name, PLACEHOLDER)
+        if not offsets:  # pragma: no cover - the schema always carries the metadata
+            raise ManifestError(f"{path}: the written manifest does not carry its digest placeholder")
+        for offset in offsets:
+            os.pwrite(handle.fileno(), digest.encode(), offset)
+    return ManifestInfo(**{**draft.to_dict(), "content_sha256": digest})
 
 
 def read_info(reader: ipc.RecordBatchFileReader, name: str) -> ManifestInfo:
@@ -167,8 +226,11 @@ def read_info(reader: ipc.RecordBatchFileReader, name: str) -> ManifestInfo:
         raise ManifestError(
             f"{name}: manifest metadata does not parse ({exc}); rebuild the manifest"
         ) from None
-    if info.format != FORMAT:
-        raise ManifestError(f"{name}: manifest format {info.format!r}, this megahour reads {FORMAT!r}")
+    if info.format != FORMAT and info.format not in LEGACY_FORMATS:
+        raise ManifestError(
+            f"{name}: manifest format {info.format!r}, this megahour reads "
+            f"{', '.join(repr(f) for f in (FORMAT, *LEGACY_FORMATS))}; rebuild it with this release"
+        )
     return info
 
 
@@ -180,7 +242,7 @@ def open_file(path: str | Path) -> tuple[pa.MemoryMappedFile, ipc.RecordBatchFil
         raise ManifestError(f"no manifest at {path}; run `megahour manifest fetch` first") from None
     try:
         reader = ipc.open_file(source)
-    except pa.ArrowInvalid as exc:
+    except (pa.ArrowException, OSError) as exc:
         source.close()
         raise ManifestError(f"{path} is not a complete Arrow IPC file ({exc}); fetch it again") from None
     return source, reader, read_info(reader, str(path))
@@ -199,8 +261,12 @@ def verify(path: str | Path) -> ManifestInfo:
                 yield batch
 
         try:
-            actual = content_hash(reader.schema, batches())
-        except pa.ArrowException as exc:
+            if info.format in LEGACY_FORMATS:
+                actual = batches_hash(reader.schema, batches())
+            else:
+                for _batch in batches():  # every batch must parse and hold the rows the metadata says
+                    pass
+        except (pa.ArrowException, OSError) as exc:  # a damaged footer's block sizes raise OSError
             raise ManifestError(
                 f"{path}: a record batch does not parse ({exc}); the file is damaged: fetch it again"
             ) from None
@@ -209,6 +275,8 @@ def verify(path: str | Path) -> ManifestInfo:
                 f"{path}: holds {sum(lengths)} rows in {len(lengths)} batches, metadata says {info.rows}; "
                 "fetch it again"
             )
+        if info.format not in LEGACY_FORMATS:
+            actual, _offsets = file_hash(path, info.content_sha256)
         if actual != info.content_sha256:
             raise ManifestError(
                 f"{path}: content hash {actual[:16]}... does not match the embedded "
