@@ -47,15 +47,9 @@ class Allowed:
 ALLOWED = (
     Allowed(
         "curation/fetch.py",
-        "fetch",
+        "node_lock",
         "os.open O_CREAT",
         "the per-node lock file: opened (created if missing) only to flock it; its content is never read",
-    ),
-    Allowed(
-        "curation/fetch.py",
-        "fetch",
-        "open mode 'r+'",
-        "os.fdopen of that lock file's descriptor, for fcntl.flock; nothing is written to it",
     ),
     Allowed(
         "cluster/lifecycle.py",

@@ -23,7 +23,9 @@ N = 1000
 def _data_hash(path) -> str:
     source, reader, _ = manifest.open_file(path)
     try:
-        return manifest.batches_hash(reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches)))
+        return manifest.batches_hash(
+            reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches))
+        )
     finally:
         source.close()
 
@@ -53,7 +55,7 @@ def test_selection_matches_a_python_filter_and_is_deterministic(warehouse, fille
     assert "duration_s >= 100" in info.query and info.warehouse_version.startswith(("2", "3"))
     assert info.snapshot["stored_rows"] == N and sql.ORDER_KEY not in table.column_names
     source.close()
-    again = build.build_manifest(
+    build.build_manifest(
         warehouse,
         tmp_path / "again.arrow",
         world_size=4,
@@ -62,7 +64,7 @@ def test_selection_matches_a_python_filter_and_is_deterministic(warehouse, fille
     )
     # The same rows in the same order (the file's own hash differs: its metadata has the build time).
     assert _data_hash(tmp_path / "again.arrow") == _data_hash(path)
-    other_seed = build.build_manifest(
+    build.build_manifest(
         warehouse,
         tmp_path / "seed.arrow",
         world_size=4,
@@ -374,7 +376,9 @@ def test_a_flipped_byte_anywhere_in_the_file_fails_verify(built, tmp_path) -> No
     }
     for where, offset in offsets.items():
         bad = _flipped(path, offset, tmp_path / "bad.arrow")
-        with pytest.raises(ManifestError, match=r"content hash|does not parse|not a complete|rows in|metadata"):
+        with pytest.raises(
+            ManifestError, match=r"content hash|does not parse|not a complete|rows in|metadata"
+        ):
             manifest.verify(bad)
             pytest.fail(f"a flipped byte in the {where} (offset {offset}) passed verify")
 
@@ -388,11 +392,18 @@ def test_a_format_1_manifest_from_an_older_release_still_verifies(built, tmp_pat
     batches = [reader.get_batch(i) for i in range(reader.num_record_batches)]
     source.close()
     schema = table.schema.remove_metadata()
-    old = {**info.to_dict(), "format": "megahour-manifest/1", "content_sha256": manifest.batches_hash(schema, batches)}
+    old = {
+        **info.to_dict(),
+        "format": "megahour-manifest/1",
+        "content_sha256": manifest.batches_hash(schema, batches),
+    }
     legacy = tmp_path / "legacy.arrow"
-    with pa.OSFile(str(legacy), "wb") as sink, pa.ipc.new_file(
-        sink, schema.with_metadata({manifest.METADATA_KEY: json.dumps(old).encode()})
-    ) as writer:
+    with (
+        pa.OSFile(str(legacy), "wb") as sink,
+        pa.ipc.new_file(
+            sink, schema.with_metadata({manifest.METADATA_KEY: json.dumps(old).encode()})
+        ) as writer,
+    ):
         for batch in batches:
             writer.write_batch(batch)
     assert manifest.verify(legacy).content_sha256 == old["content_sha256"]
@@ -405,7 +416,7 @@ def test_a_format_1_manifest_from_an_older_release_still_verifies(built, tmp_pat
 
 
 def test_a_future_format_is_refused_with_the_fix(built, tmp_path) -> None:
-    path, result = built
+    path, _ = built
     data = path.read_bytes().replace(b"megahour-manifest/2", b"megahour-manifest/9")
     (tmp_path / "future.arrow").write_bytes(data)
     with pytest.raises(ManifestError, match=r"megahour-manifest/9.*rebuild it with this release"):

@@ -139,3 +139,38 @@ def test_failure_leaves_no_temporary_directory(tmp_path, monkeypatch):
     with pytest.raises(PermissionError):
         write_attempt(job, _record(), {}, [])
     assert list(job.iterdir()) == []
+
+
+def test_a_trace_is_private_and_holds_no_credential(tmp_path):
+    """The audit's case: credentials inside environment values (a URL with a password), in the command
+    line and in the job's output were written in clear, to world-readable files."""
+    old = os.umask(0o022)
+    try:
+        env = {
+            "DATABASE_URL": "postgresql://airflow:pg-pass-1@db:5432/airflow",
+            "MLFLOW_TRACKING_URI": "https://mlflow.lab/api?token=tok-abc-123",
+            "HOME": "/root",
+        }
+        command = ("python", "train.py", "--hf-token", "hf_tok_value", "--wandb-key=wb-value-9")
+        tail = ["fetching s3://b/k?X-Amz-Signature=sig-value-7", "Authorization: Bearer bearer-value-8", "ok"]
+        final = write_attempt(tmp_path / "42", _record(command=command), env, tail)
+    finally:
+        os.umask(old)
+    assert final.stat().st_mode & 0o777 == 0o700
+    for path in final.iterdir():
+        assert path.stat().st_mode & 0o777 == 0o600, path
+        text = path.read_text()
+        for secret in (
+            "pg-pass-1",
+            "tok-abc-123",
+            "hf_tok_value",
+            "wb-value-9",
+            "sig-value-7",
+            "bearer-value-8",
+        ):
+            assert secret not in text, f"{secret} in {path.name}"
+    written = json.loads((final / "env.json").read_text())
+    assert written["DATABASE_URL"] == f"postgresql://airflow:{REDACTED}@db:5432/airflow"  # the host stays
+    meta = json.loads((final / "meta.json").read_text())
+    assert meta["command"] == ["python", "train.py", "--hf-token", REDACTED, f"--wandb-key={REDACTED}"]
+    assert (final / "log-tail.txt").read_text().splitlines()[2] == "ok"

@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -21,7 +22,6 @@ import struct
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,7 +153,7 @@ def _download(source: RangeSource, fd: int, parallel: int, part_bytes: int, prog
     return len(ranges)
 
 
-@contextmanager
+@contextlib.contextmanager
 def node_lock(lock_path: Path) -> Iterator[None]:
     """Hold ``lock_path`` exclusively (flock), and remove it on the way out.
 
@@ -178,10 +178,10 @@ def node_lock(lock_path: Path) -> Iterator[None]:
     try:
         yield
     finally:
-        try:
-            lock_path.unlink()  # still holding it, so no waiter can have taken it yet
-        except OSError:
-            pass  # gone already, or a directory this user may not change: a leftover lock is harmless
+        # Still holding it, so no waiter can have taken it yet. OSError: gone already, or a directory
+        # this user may not change; a leftover lock is harmless.
+        with contextlib.suppress(OSError):
+            lock_path.unlink()
         os.close(fd)
 
 

@@ -5,6 +5,12 @@ so a reader (or the next attempt counting directories) never sees a half-written
 killed mid-write leaves only a ``.attempt-*.tmp-*`` directory that no one mistakes for an attempt.
 Every file and rename is fsynced: the traces matter most when the node is about to crash or be
 rebooted.
+
+A trace holds what the job's environment, command and output held, so it is private to the job's user
+(files 0600 in a 0700 directory; root's sweeper and doctor read them) and credentials are redacted before
+anything is written (``megahour.redact``): secret-named variables whole, and passwords in URLs, signed
+query parameters and known token shapes wherever they stand, in the environment, the command and the log
+tail.
 """
 
 from __future__ import annotations
@@ -12,23 +18,22 @@ from __future__ import annotations
 import errno
 import json
 import os
-import re
 import shutil
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from megahour import atomicio
+from megahour import atomicio, redact
 from megahour.job_contract import attempt_dir_name, next_attempt_index
 from megahour.run.policy import Decision
 
 DEFAULT_TRACE_ROOT = Path("/var/lib/megahour/traces")
 TRACE_ROOT_ENV = "MEGAHOUR_TRACE_ROOT"
 HEALTH_VERDICTS_ENV = "MEGAHOUR_HEALTH_VERDICTS"
-REDACTED = "<redacted>"
-_SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|KEY", re.IGNORECASE)
-# Attempt directories may be read by other users of a shared trace root; never hand them
-# credentials (HF_TOKEN, WANDB_API_KEY, AWS_SECRET_ACCESS_KEY, ...).
+REDACTED = redact.REDACTED
+# Attempt files: the job's user alone (and root).
+TRACE_FILE_MODE = 0o600
+TRACE_DIR_MODE = 0o700
 
 
 @dataclass(frozen=True)
@@ -51,7 +56,7 @@ class AttemptRecord:
 
     def to_meta(self, attempt: int) -> dict[str, object]:
         meta = {"attempt": attempt, **asdict(self)}
-        meta["command"] = list(self.command)
+        meta["command"] = redact.redact_argv(self.command)
         return meta
 
 
@@ -67,7 +72,7 @@ def job_id(env: Mapping[str, str], pid: int) -> str:
 
 
 def redact_env(env: Mapping[str, str]) -> dict[str, str]:
-    return {k: (REDACTED if _SECRET_KEY.search(k) else v) for k, v in sorted(env.items())}
+    return redact.redact_env(env)
 
 
 def write_attempt(
@@ -88,11 +93,15 @@ def write_attempt(
     index = next_attempt_index(os.listdir(job_dir))
     tmp = job_dir / f".{attempt_dir_name(index)}.tmp-{pid}"
     shutil.rmtree(tmp, ignore_errors=True)  # leftovers of an earlier wrapper with our pid
-    tmp.mkdir()
+    tmp.mkdir(mode=TRACE_DIR_MODE)
+    os.chmod(tmp, TRACE_DIR_MODE)  # mkdir's mode is masked by the umask; this one must hold exactly
+
+    def write(path: Path, text: str) -> None:
+        atomicio.atomic_write_text(path, text, TRACE_FILE_MODE)
+
     try:
-        write = atomicio.atomic_write_text
         write(tmp / "env.json", json.dumps(redact_env(env), indent=2, sort_keys=True) + "\n")
-        write(tmp / "log-tail.txt", "".join(line + "\n" for line in log_tail))
+        write(tmp / "log-tail.txt", "".join(redact.redact_text(line) + "\n" for line in log_tail))
         health = _read_health(env.get(HEALTH_VERDICTS_ENV))
         if health is not None:
             write(tmp / "health.json", health)
