@@ -60,11 +60,11 @@ image: prereqs ## Build the node image (cached by recipe)
 
 up: prereqs ## Stand up the local cluster and deploy site.yml onto it
 	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(REMOTE_STORE),--remote-store)
-	ansible-playbook playbooks/site.yml $(DEPLOY_VARS)
+	megahour deploy -i inventories/local $(DEPLOY_VARS)
 	megahour cluster status
 
-deploy: venv ## Deploy site.yml onto the running local cluster
-	ansible-playbook playbooks/site.yml $(DEPLOY_VARS)
+deploy: venv ## Deploy site.yml onto the running local cluster (megahour deploy; artifacts in .cache/deploy-runs)
+	megahour deploy -i inventories/local $(DEPLOY_VARS)
 
 down: venv ## Remove the local cluster's containers, network and inventory
 	megahour cluster down

@@ -11,6 +11,7 @@ from megahour import cliutil
 # The packages whose cli.py registers commands, in the order `megahour --help` lists them.
 AREAS = (
     "cluster",
+    "deploy",
     "inventory",
     "doctor",
     "health",

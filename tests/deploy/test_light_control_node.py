@@ -85,7 +85,7 @@ def run_light(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_the_deploy_extra_is_the_pinned_ansible_and_dev_includes_it() -> None:
     extras = PYPROJECT["project"]["optional-dependencies"]
-    assert {_requirement_name(r) for r in extras["deploy"]} == {"ansible", "ansible-core"}
+    assert {_requirement_name(r) for r in extras["deploy"]} == {"ansible", "ansible-core", "ansible-runner"}
     assert all("==" in r for r in extras["deploy"]), "the deploy toolchain is pinned"
     (self_dependency,) = [r for r in extras["dev"] if r.startswith("megahour[")]
     assert "deploy" in self_dependency[len("megahour[") : -1].split(",")
@@ -100,6 +100,17 @@ def test_the_blocker_refuses_what_the_test_stack_adds() -> None:
     assert proc.returncode != 0 and "not installed on a light control node" in proc.stderr
 
 
+def test_megahour_deploy_runs_on_a_light_control_node() -> None:
+    proc = run_light(
+        "import ansible_runner\n"
+        "import megahour.deploy.cli, megahour.deploy.events, megahour.deploy.runner\n"
+        "from megahour.cli import main\n"
+        "raise SystemExit(main(['deploy', '--playbook', 'no/such.yml']))\n"
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "no playbook at" in proc.stderr and "ImportError" not in proc.stderr
+
+
 def make_dry_run(target: str) -> str:
     # --always-make prints every recipe, as on a fresh clone; the VENV is never created (--dry-run).
     args = ["make", "--dry-run", "--always-make", "--no-print-directory", target, "VENV=.cache/dry-run-venv"]
@@ -111,6 +122,7 @@ def test_make_up_installs_only_the_deploy_extra() -> None:
     installs = [line for line in up.splitlines() if "pip install" in line and "-e " in line]
     assert installs == [line for line in installs if "'.[deploy]'" in line] and installs, up
     assert "'.[dev]'" in make_dry_run("test")
+    assert "megahour deploy -i inventories/local" in up
 
 
 def _subcommand_paths() -> list[list[str]]:

@@ -1,0 +1,118 @@
+"""`megahour deploy`: run site.yml (or another playbook) through ansible-runner, with progress per play
+and host, a per-host recap, the run's artifacts kept, and an exit status that names the first failure."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from megahour import cliutil
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+def register(subparsers: cliutil.Subparsers) -> None:
+    from megahour.deploy.runner import ARTIFACTS_ENV, DEFAULT_ARTIFACTS, DeployError
+
+    p = cliutil.add_command(
+        subparsers,
+        "deploy",
+        _cmd_deploy,
+        help="deploy the cluster: run playbooks/site.yml through ansible-runner, with progress and a recap",
+        description=(
+            "Run a playbook (playbooks/site.yml by default) from the megahour checkout through "
+            "ansible-runner. Progress goes to stderr: each play, each task, each host that fails or "
+            "cannot be reached as it happens, each play's per-host counts, and the per-host recap. "
+            "The run's artifacts (ansible-playbook's output, every event as JSON, the command line, rc) "
+            f"are kept under ARTIFACTS/<UTC timestamp>/ (ARTIFACTS: --artifacts, ${ARTIFACTS_ENV}, "
+            f"or {DEFAULT_ARTIFACTS} in the checkout)."
+        ),
+        exits={
+            0: "every play ran and no host failed",
+            1: "a task failed or a host was unreachable (the first one is named), or the run could not start",
+            130: "interrupted (Ctrl-C): ansible-playbook was stopped",
+        },
+        errors=lambda: (DeployError,),
+    )
+    p.add_argument(
+        "-i",
+        "--inventory",
+        help="the inventory (inventories/<vendor>); default: ansible.cfg's (inventories/local)",
+    )
+    p.add_argument("--playbook", default="playbooks/site.yml", help="the playbook, relative to the checkout")
+    p.add_argument("--limit", help="only these hosts or groups (ansible-playbook --limit)")
+    p.add_argument("--tags", help="only tasks with these tags (comma-separated)")
+    p.add_argument("--skip-tags", help="skip tasks with these tags (comma-separated)")
+    p.add_argument(
+        "-e",
+        "--extra-vars",
+        action="append",
+        default=[],
+        metavar="VAR=VALUE",
+        help="an extra variable, as ansible-playbook -e takes it (repeatable; @FILE too)",
+    )
+    p.add_argument(
+        "--check", action="store_true", help="check mode: report what would change, change nothing"
+    )
+    p.add_argument("--diff", action="store_true", help="show what changes in files (secrets stay hidden)")
+    p.add_argument("--artifacts", help="where each run's artifacts folder goes")
+    p.add_argument("--no-tasks", action="store_true", help="progress per play and host only, no task lines")
+    cliutil.add_json_flag(p, help="print the run's summary as JSON on stdout (progress goes to stderr)")
+
+
+def _cmd_deploy(args: argparse.Namespace, console: Console) -> int:
+    from megahour.deploy.events import DeployTally
+    from megahour.deploy.runner import ARTIFACTS_ENV, DEFAULT_ARTIFACTS, DeployRequest, run, stdout_tail
+
+    project = Path.cwd()
+    artifacts = Path(args.artifacts or os.environ.get(ARTIFACTS_ENV) or project / DEFAULT_ARTIFACTS)
+    request = DeployRequest(
+        playbook=project / args.playbook,
+        project_dir=project,
+        artifacts_root=artifacts,
+        inventory=Path(args.inventory) if args.inventory else None,
+        limit=args.limit,
+        tags=args.tags,
+        skip_tags=args.skip_tags,
+        extra_vars=tuple(args.extra_vars),
+        check=args.check,
+        diff=args.diff,
+    )
+    err = cliutil.make_console(stderr=True)
+    where = f"{args.inventory or 'ansible.cfg inventory'}{f', --limit {args.limit}' if args.limit else ''}"
+    err.print(f"deploy: {args.playbook} on {where}", highlight=False, markup=False)
+    tally = DeployTally(show_tasks=not args.no_tasks)
+    result = run(request, lambda text: err.print(text, highlight=False, markup=False), tally=tally)
+    recap = tally.recap_lines()
+    if recap:
+        err.print("recap:", highlight=False, markup=False)
+        for text in recap:
+            err.print(text, highlight=False, markup=False)
+    err.print(
+        f"{result.status} in {result.seconds:.0f} s; artifacts: {result.artifacts}",
+        highlight=False,
+        markup=False,
+    )
+    if args.json:
+        cliutil.print_json(result.summary())
+    if result.status == "canceled":
+        cliutil.print_error(f"deploy interrupted; what ran is in {result.artifacts}")
+        return 130
+    if result.ok:
+        return 0
+    first = tally.first_failure
+    if first is not None:
+        cliutil.print_error(f"deploy failed: {first.describe()}; artifacts: {result.artifacts}")
+    else:
+        # Failed before any task did (a syntax error, a missing role or inventory): ansible-playbook's
+        # own last lines say why.
+        for text in stdout_tail(result.artifacts):
+            err.print(f"  {text}", highlight=False, markup=False)
+        cliutil.print_error(
+            f"deploy failed: ansible-playbook exited {result.rc} ({result.status}) before any task failed; "
+            f"its output is in {result.artifacts / 'stdout'}"
+        )
+    return 1
