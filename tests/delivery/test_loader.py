@@ -117,3 +117,20 @@ def test_parallel_workers_deliver_the_same_rows_in_the_same_order(tuned_episodes
     assert [(d.index, d.t_ns, d.digest) for d in parallel] == expected
     assert [(d.index, d.t_ns, d.digest) for d in faulty] == expected
     assert client.stats.fallbacks >= 1
+
+
+def test_a_warm_that_no_worker_served_says_it_cached_nothing(tuned_episodes) -> None:
+    """Found by molecule: workers that could not read the under-store (permission denied) made every warm
+    read fall back, and the warm still reported success. Now the result says it cached nothing."""
+    transport = MemoryTransport(tuned_episodes)
+    client = CacheClient(make_config(workers=2, page_size=16384), transport, clock=FakeClock())
+    warm_plan = plan(client, refs_of(tuned_episodes), SPEC)
+    healthy = warm(client, warm_plan)
+    assert healthy.worker_bytes == healthy.bytes > 0 and not healthy.cached_nothing
+    transport.down = {"gpu-1"}
+    partly = warm(client, warm_plan)
+    assert 0 < partly.worker_bytes < partly.bytes and partly.fallbacks > 0 and not partly.cached_nothing
+    transport.down = {"gpu-1", "gpu-2"}
+    none = warm(CacheClient(client.config, transport, clock=FakeClock()), warm_plan)
+    assert none.worker_bytes == 0 and none.bytes == healthy.bytes and none.cached_nothing
+    assert none.to_dict()["worker_bytes"] == 0

@@ -39,7 +39,11 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "warm",
         _cmd_warm,
         help="load exactly the page ranges a manifest's samples need",
-        exits={0: "every page range was read", 1: cliutil.FAILED},
+        exits={
+            0: "every page range was read (through the workers, some perhaps from the under-store)",
+            1: "no worker served any of it (every read fell back to the under-store: nothing was cached), "
+            "or another failure",
+        },
     )
     p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest fetch)")
     specfile.add_arguments(p, "sample spec the training reads (its topic groups)")
@@ -122,6 +126,14 @@ def _cmd_warm(args: argparse.Namespace, console: Console) -> int:
         f"{result.objects} episodes, {result.bytes / 1e6:.1f} MB "
         f"in {result.seconds:.1f} s ({report['mb_per_s']} MB/s); {result.fallbacks} under-store fallbacks",
     )
+    if not args.direct and result.cached_nothing:
+        cliutil.print_error(
+            f"warm: none of the {result.page_ranges} page ranges came from a cache worker (every read fell "
+            "back to the under-store), so nothing was cached: check that the workers can read "
+            f"{client.config.root_ufs} (`journalctl -u alluxio-worker` on a worker) and "
+            "`megahour cache status`"
+        )
+        return 1
     return 0
 
 

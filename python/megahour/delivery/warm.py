@@ -88,6 +88,13 @@ class WarmResult:
     bytes: int
     seconds: float
     fallbacks: int
+    worker_bytes: int = 0  # what the cache workers served (the rest came from the under-store)
+
+    @property
+    def cached_nothing(self) -> bool:
+        """Every byte came from the under-store: no worker could load a page (they cannot read the
+        under-store, or all are down), so the cache holds nothing of the manifest."""
+        return self.bytes > 0 and self.worker_bytes == 0
 
     def to_dict(self) -> dict:
         return {
@@ -97,6 +104,7 @@ class WarmResult:
             "seconds": round(self.seconds, 3),
             "mb_per_s": round(self.bytes / 1e6 / self.seconds, 2) if self.seconds > 0 else None,
             "fallbacks": self.fallbacks,
+            "worker_bytes": self.worker_bytes,
         }
 
 
@@ -111,6 +119,7 @@ def warm(
     geometry = client.config.geometry
     began = time.perf_counter()
     fallbacks0 = client.stats.fallbacks
+    worker_bytes0 = sum(client.stats.bytes_by_worker.values())
     work = [
         (key, r * geometry.range_bytes, min(warm_plan.sizes[key], (r + 1) * geometry.range_bytes))
         for key, ranges in warm_plan.ranges.items()
@@ -135,4 +144,5 @@ def warm(
         bytes=total,
         seconds=time.perf_counter() - began,
         fallbacks=client.stats.fallbacks - fallbacks0,
+        worker_bytes=sum(client.stats.bytes_by_worker.values()) - worker_bytes0,
     )
