@@ -49,6 +49,19 @@ CASES = [
     ),
 ]
 
+# Found in review: shapes the first version let through.
+CASES += [
+    ('"auth_token": "Bearer abcdefghijklmnop"', f'"auth_token": "{REDACTED}"'),
+    ('password = "two words"', f'password = "{REDACTED}"'),
+    ("--password=12345678", f"--password={REDACTED}"),
+    (
+        "launch: torchrun train.py --password hunter2 --lr 1e-4",
+        f"launch: torchrun train.py --password {REDACTED} --lr 1e-4",
+    ),
+    ("stripe sk_live_abcdefghijklmnop1234", f"stripe {REDACTED}"),
+    ("Authorization: Token 9944b09199c62bcf9418ad846dd0e4bbdfc6ee4b", f"Authorization: Token {REDACTED}"),
+]
+
 # Text that must come through unchanged: training logs, paths, URLs without credentials.
 KEPT = [
     "step 120 loss 2.3141 tokens/s 181234 mfu 41.2%",
@@ -57,6 +70,9 @@ KEPT = [
     "s3://megahour/verify-ingest/storage/ep-00003.mcap",
     "commit 2b7e7c4f9a1d3e5f60718293a4b5c6d7e8f90123",
     "srun: job 42 queued and waiting for resources",
+    "Resizing token embeddings to 32000",
+    "tokenizer: gpt2 num_tokens=1.2e6 sort_key=duration password_file=/etc/megahour/warehouse.password",
+    "using basic augmentation; Bearer of bad news",
 ]
 
 
@@ -104,7 +120,17 @@ def test_env_names_and_values():
 
 
 def test_argv_hides_the_value_after_a_secret_flag():
-    argv = ["megahour", "x", "--db-password", "pw", "--api-key=k2", "--lr", "3e-4", "--token"]
+    argv = [
+        "megahour",
+        "x",
+        "--db-password",
+        "pw",
+        "--api-key=k2",
+        "--lr",
+        "3e-4",
+        "--wandb-key=w1",
+        "--token",
+    ]
     assert redact_argv(argv) == [
         "megahour",
         "x",
@@ -113,5 +139,6 @@ def test_argv_hides_the_value_after_a_secret_flag():
         f"--api-key={REDACTED}",
         "--lr",
         "3e-4",
+        f"--wandb-key={REDACTED}",
         "--token",
     ]

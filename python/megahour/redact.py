@@ -21,55 +21,100 @@ REDACTED = "<redacted>"
 # An environment variable or flag whose name says it holds a secret: its whole value goes.
 SECRET_NAME = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|CREDENTIAL|KEY|AUTH", re.IGNORECASE)
 
-# A secret-looking name inside text or a flag: one of these words, or a name ending in "key" after a
-# separator (``wandb-key``, ``ssh_key``; a bare ``key`` is too common a word to count).
-_NAME_WORDS = (
-    r"(?:[A-Za-z0-9_.-]*(?:token|secret|password|passwd|passphrase|api[_-]?key|access[_-]?key|"
-    r"private[_-]?key)[A-Za-z0-9_.-]*|[A-Za-z0-9_.-]+[_-]key)"
+# A secret-looking name inside text: it ends with one of these words (``HF_TOKEN``, ``db_password``,
+# ``"api_key"``), so ``tokenizer``, ``max_tokens`` and ``password_file`` are not secrets.
+_SECRET_END = re.compile(
+    r"(?:token|secret|password|passwd|passphrase|api[_-]?key|apikey|access[_-]?key|private[_-]?key|"
+    r"credentials?)$",
+    re.IGNORECASE,
+)
+# A flag that takes a secret: the words above anywhere in it, or ending in -key/_key (``--wandb-key``),
+# or --auth.
+_SECRET_FLAG = re.compile(
+    r"^--?(?:[\w.-]*(?:token|secret|password|passwd|passphrase|api[_-]?key|apikey|access[_-]?key|"
+    r"private[_-]?key|credentials?)[\w.-]*|[\w.-]+[_-]key|auth)$",
+    re.IGNORECASE,
+)
+# Query parameters that carry credentials (pre-signed URLs, API tokens).
+_SECRET_PARAM = re.compile(
+    r"(?:[\w.-]*(?:token|secret|password|passwd|signature|credential|api[_-]?key|apikey)[\w.-]*|sig|key|"
+    r"auth|code)",
+    re.IGNORECASE,
 )
 
-_PATTERNS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # PEM private keys, whole blocks (a log may print one across lines).
+# Every pattern below is linear in the line's length: words are taken whole (possessive ``++``) and only
+# where a word starts (the lookbehinds), so a 64 KB log line of base64 costs one pass, not one per offset.
+_WORD = r"[A-Za-z0-9_.-]"
+_NAME_VALUE = re.compile(
+    rf"(?<!{_WORD})(?P<name>{_WORD}++)(?P<sep>[\"']?+[ \t]*+[=:][ \t]*+)"
+    r"(?P<value>\"[^\"\n]*+\"?+|'[^'\n]*+'?+|[^\s\"',;&]++)"
+)
+_FLAG_VALUE = re.compile(rf"(?<!{_WORD})(?P<flag>--?{_WORD}++)(?P<sep>[ \t]++)(?P<value>[^\s-][^\s]*+)")
+_PARAM = re.compile(rf"(?P<lead>[?&;])(?P<name>{_WORD}++)=(?P<value>[^&\s#\"']++)")
+_URL_USERINFO = re.compile(
+    r"(?<![A-Za-z0-9+.-])([A-Za-z][A-Za-z0-9+.-]*+://[^\s:/@]*+):(?!<redacted>@)[^\s/@]++@"
+)
+
+
+def _redact_quoted(value: str) -> str:
+    if value[:1] in "\"'" and value:
+        quote = value[0]
+        closed = len(value) > 1 and value.endswith(quote)
+        return quote + REDACTED + (quote if closed else "")
+    return REDACTED
+
+
+def _name_value(match: re.Match[str]) -> str:
+    value = match["value"]
+    if not _SECRET_END.search(match["name"]) or value.strip("\"'") in ("", REDACTED):
+        return match[0]
+    return match["name"] + match["sep"] + _redact_quoted(value)
+
+
+def _flag_value(match: re.Match[str]) -> str:
+    if not _SECRET_FLAG.match(match["flag"]) or match["value"] == REDACTED:
+        return match[0]
+    return match["flag"] + match["sep"] + REDACTED
+
+
+def _param(match: re.Match[str]) -> str:
+    if not _SECRET_PARAM.fullmatch(match["name"]) or match["value"] == REDACTED:
+        return match[0]
+    return f"{match['lead']}{match['name']}={REDACTED}"
+
+
+_PATTERNS: tuple[tuple[re.Pattern[str], str | object], ...] = (
+    # PEM private keys, whole blocks (redact_text gets the whole log tail, not line by line); a block
+    # cut off by the tail's end goes to the end.
     (
         re.compile(r"-----BEGIN ([A-Z ]*)PRIVATE KEY-----.*?(?:-----END \1PRIVATE KEY-----|\Z)", re.DOTALL),
         f"-----BEGIN \\1PRIVATE KEY-----{REDACTED}-----END \\1PRIVATE KEY-----",
     ),
+    # An Authorization header's credential, whatever its scheme (Bearer, Basic, Token, AWS4-HMAC-SHA256).
+    (
+        re.compile(
+            r"(?i)(\bAuthorization[\"']?+[ \t]*+[:=][ \t]*+[\"']?+(?:[A-Za-z0-9-]++[ \t]++)?+)"
+            r"(?!<redacted>)[^\s\"']++"
+        ),
+        f"\\1{REDACTED}",
+    ),
+    # Bearer and Basic credentials elsewhere (as HTTP spells them: capitalised, then a token).
+    (re.compile(r"\b(Bearer|Basic)[ \t]++(?!<redacted>)[A-Za-z0-9._~+/=-]{12,}+"), f"\\1 {REDACTED}"),
     # scheme://user:password@host: userinfo cannot hold '/', '@' or whitespace unescaped.
-    (re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://[^\s:/@]*):(?!<redacted>@)[^\s/@]+@"), f"\\1:{REDACTED}@"),
-    # Query parameters that carry credentials (pre-signed URLs, API tokens).
-    (
-        re.compile(
-            r"([?&;](?:[A-Za-z0-9_.-]*(?:token|secret|password|passwd|signature|credential|api[_-]?key|apikey)"
-            r"[A-Za-z0-9_.-]*|sig|key|auth|code)=)(?!<redacted>)[^&\s#\"']+",
-            re.IGNORECASE,
-        ),
-        f"\\1{REDACTED}",
-    ),
-    # NAME=value, NAME: value, "name": "value", --name=value, with a secret-looking name. A plain number
-    # stays: logs print "tokens: 2048" and "max_tokens=4096", and those are figures, not secrets.
-    (
-        re.compile(
-            r"(\b" + _NAME_WORDS + r"[\"']?\s*(?:=|:)\s*[\"']?)(?!<redacted>)(?![\d.,]+(?:[\s\"',;&]|$))"
-            r"([^\s\"',;&]+)",
-            re.IGNORECASE,
-        ),
-        f"\\1{REDACTED}",
-    ),
-    (
-        re.compile(r"\b(Bearer|Basic|Token)\s+(?!<redacted>)[A-Za-z0-9._~+/=-]{8,}", re.IGNORECASE),
-        f"\\1 {REDACTED}",
-    ),
+    (_URL_USERINFO, f"\\1:{REDACTED}@"),
+    (_PARAM, _param),
+    (_NAME_VALUE, _name_value),
+    (_FLAG_VALUE, _flag_value),
     (re.compile(r"\b(?:AKIA|ASIA|AGPA|AIDA|AROA)[A-Z0-9]{16}\b"), REDACTED),
-    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}\b"), REDACTED),
-    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}\b"), REDACTED),
-    (re.compile(r"\bhf_[A-Za-z0-9]{30,}\b"), REDACTED),
-    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}"), REDACTED),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}"), REDACTED),
-    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}\.eyJ[A-Za-z0-9_-]{8,}\.[A-Za-z0-9_-]{8,}"), REDACTED),
-    (re.compile(r"(hooks\.slack\.com/services/)[A-Za-z0-9/]+"), f"\\1{REDACTED}"),
+    (re.compile(r"\bgh[pousr]_[A-Za-z0-9]{30,}+"), REDACTED),
+    (re.compile(r"\bgithub_pat_[A-Za-z0-9_]{22,}+"), REDACTED),
+    (re.compile(r"\bhf_[A-Za-z0-9]{30,}+"), REDACTED),
+    (re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{10,}+"), REDACTED),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{20,}+"), REDACTED),
+    (re.compile(r"\b[sr]k_(?:live|test)_[A-Za-z0-9]{16,}+"), REDACTED),
+    (re.compile(r"\beyJ[A-Za-z0-9_-]{8,}+\.eyJ[A-Za-z0-9_-]{8,}+\.[A-Za-z0-9_-]{8,}+"), REDACTED),
+    (re.compile(r"(hooks\.slack\.com/services/)[A-Za-z0-9/]++"), f"\\1{REDACTED}"),
 )
-
-_SECRET_FLAG = re.compile(r"^--?" + _NAME_WORDS + r"$", re.IGNORECASE)
 
 
 def redact_text(text: str) -> str:
@@ -94,6 +139,10 @@ def redact_argv(argv: Sequence[str]) -> list[str]:
         if hide_next:
             out.append(REDACTED)
             hide_next = False
+            continue
+        flag, equals, value = arg.partition("=")
+        if equals and value != REDACTED and _SECRET_FLAG.match(flag):  # --wandb-key=VALUE
+            out.append(f"{flag}={REDACTED}")
             continue
         out.append(redact_text(arg))
         hide_next = bool(_SECRET_FLAG.match(arg))

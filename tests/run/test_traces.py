@@ -152,7 +152,14 @@ def test_a_trace_is_private_and_holds_no_credential(tmp_path):
             "HOME": "/root",
         }
         command = ("python", "train.py", "--hf-token", "hf_tok_value", "--wandb-key=wb-value-9")
-        tail = ["fetching s3://b/k?X-Amz-Signature=sig-value-7", "Authorization: Bearer bearer-value-8", "ok"]
+        tail = [
+            "fetching s3://b/k?X-Amz-Signature=sig-value-7",
+            "Authorization: Bearer bearer-value-8",
+            "ok",
+            "-----BEGIN OPENSSH PRIVATE KEY-----",
+            "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQ-key-body-line",
+            "-----END OPENSSH PRIVATE KEY-----",
+        ]
         final = write_attempt(tmp_path / "42", _record(command=command), env, tail)
     finally:
         os.umask(old)

@@ -101,7 +101,8 @@ def write_attempt(
 
     try:
         write(tmp / "env.json", json.dumps(redact_env(env), indent=2, sort_keys=True) + "\n")
-        write(tmp / "log-tail.txt", "".join(redact.redact_text(line) + "\n" for line in log_tail))
+        # Redacted whole, not line by line: a PEM key printed across lines is one block.
+        write(tmp / "log-tail.txt", redact.redact_text("".join(line + "\n" for line in log_tail)))
         health = _read_health(env.get(HEALTH_VERDICTS_ENV))
         if health is not None:
             write(tmp / "health.json", health)
