@@ -80,7 +80,9 @@ def test_missing_inputs_are_named_with_the_fix(tmp_path):
     with pytest.raises(DeployError, match=r"no playbook at .*site.yml: run from the megahour checkout"):
         check_request(request)
     (tmp_path / "site.yml").write_text("[]\n")
-    missing = DeployRequest(tmp_path / "site.yml", tmp_path, tmp_path / "runs", inventory=tmp_path / "nope")
+    missing = DeployRequest(
+        tmp_path / "site.yml", tmp_path, tmp_path / "runs", inventory=str(tmp_path / "nope")
+    )
     with pytest.raises(DeployError, match=r"no inventory at .*nope: pass -i inventories/<vendor>"):
         check_request(missing)
 
@@ -94,6 +96,47 @@ def test_each_run_gets_its_own_timestamped_folder(tmp_path):
 
 def test_cmdline_carries_what_ansible_runner_has_no_parameter_for(tmp_path):
     request = DeployRequest(
-        tmp_path / "s.yml", tmp_path, tmp_path, extra_vars=("a=1 b", "@vars.yml"), check=True, diff=True
+        tmp_path / "s.yml",
+        tmp_path,
+        tmp_path,
+        extra_vars=("a=1 b", "@vars.yml"),
+        check=True,
+        diff=True,
+        vault_password_file=Path("/v/pass"),
     )
-    assert request.cmdline() == "-e 'a=1 b' -e @vars.yml --check --diff"
+    assert request.cmdline() == "-e 'a=1 b' -e @vars.yml --check --diff --vault-password-file /v/pass"
+    (tmp_path / "s.yml").write_text("[]\n")
+    with pytest.raises(DeployError, match="no vault password file at /v/pass"):
+        check_request(request)
+
+
+@pytest.mark.integration
+def test_sigterm_stops_ansible_playbook_and_exits_130(tmp_path):
+    """A CI timeout or `timeout` sends SIGTERM: the deploy must stop ansible-playbook, not orphan it."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    playbook = tmp_path / "slow.yml"
+    playbook.write_text(
+        "- name: Slow\n  hosts: localhost\n  gather_facts: false\n  connection: local\n"
+        "  vars:\n    ansible_python_interpreter: '{{ ansible_playbook_python }}'\n  tasks:\n"
+        "    - name: Sleep\n      ansible.builtin.command: sleep 19.7\n      changed_when: false\n"
+    )
+    args = [sys.executable, "-m", "megahour.cli", "deploy", "-i", "localhost,", "--playbook", str(playbook)]
+    proc = subprocess.Popen(
+        [*args, "--artifacts", str(tmp_path / "runs")], stderr=subprocess.PIPE, text=True, cwd=Path.cwd()
+    )
+    lines = []
+    for line in proc.stderr:  # wait until the task has started
+        lines.append(line)
+        if "task: Sleep" in line:
+            break
+    time.sleep(2)
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=60) == 130, "".join(lines) + rest
+    assert "deploy interrupted" in rest
+    (run,) = (tmp_path / "runs").iterdir()
+    assert (run / "status").read_text().strip() == "canceled"  # ansible-runner stopped ansible-playbook

@@ -33,14 +33,15 @@ def register(subparsers: cliutil.Subparsers) -> None:
         exits={
             0: "every play ran and no host failed",
             1: "a task failed or a host was unreachable (the first one is named), or the run could not start",
-            130: "interrupted (Ctrl-C): ansible-playbook was stopped",
+            130: "interrupted (Ctrl-C, SIGTERM or SIGHUP): ansible-playbook was stopped",
         },
         errors=lambda: (DeployError,),
     )
     p.add_argument(
         "-i",
         "--inventory",
-        help="the inventory (inventories/<vendor>); default: ansible.cfg's (inventories/local)",
+        help="the inventory (inventories/<vendor>, or a host list such as 'gpu1,gpu2,'); default: "
+        "ansible.cfg's (inventories/local)",
     )
     p.add_argument("--playbook", default="playbooks/site.yml", help="the playbook, relative to the checkout")
     p.add_argument("--limit", help="only these hosts or groups (ansible-playbook --limit)")
@@ -58,6 +59,11 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "--check", action="store_true", help="check mode: report what would change, change nothing"
     )
     p.add_argument("--diff", action="store_true", help="show what changes in files (secrets stay hidden)")
+    p.add_argument(
+        "--vault-password-file",
+        help="the Ansible Vault password file (or script) for vaulted secrets; there is no prompt "
+        "(ANSIBLE_VAULT_PASSWORD_FILE works too)",
+    )
     p.add_argument("--artifacts", help="where each run's artifacts folder goes")
     p.add_argument("--no-tasks", action="store_true", help="progress per play and host only, no task lines")
     cliutil.add_json_flag(p, help="print the run's summary as JSON on stdout (progress goes to stderr)")
@@ -73,13 +79,14 @@ def _cmd_deploy(args: argparse.Namespace, console: Console) -> int:
         playbook=project / args.playbook,
         project_dir=project,
         artifacts_root=artifacts,
-        inventory=Path(args.inventory) if args.inventory else None,
+        inventory=args.inventory,
         limit=args.limit,
         tags=args.tags,
         skip_tags=args.skip_tags,
         extra_vars=tuple(args.extra_vars),
         check=args.check,
         diff=args.diff,
+        vault_password_file=Path(args.vault_password_file) if args.vault_password_file else None,
     )
     err = cliutil.make_console(stderr=True)
     where = f"{args.inventory or 'ansible.cfg inventory'}{f', --limit {args.limit}' if args.limit else ''}"

@@ -25,6 +25,7 @@ from megahour.deploy.events import DeployTally
 
 ARTIFACTS_ENV = "MEGAHOUR_DEPLOY_ARTIFACTS"
 DEFAULT_ARTIFACTS = Path(".cache") / "deploy-runs"
+CANCEL_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 class DeployError(Exception):
@@ -36,23 +37,32 @@ class DeployRequest:
     playbook: Path
     project_dir: Path
     artifacts_root: Path
-    inventory: Path | None = None
+    # A path (inventories/<vendor>, a hosts file), or an inline host list as ansible takes it ("a,b,").
+    inventory: str | None = None
     limit: str | None = None
     tags: str | None = None
     skip_tags: str | None = None
     extra_vars: tuple[str, ...] = ()
     check: bool = False
     diff: bool = False
+    vault_password_file: Path | None = None
+
+    @property
+    def inline_inventory(self) -> bool:
+        return self.inventory is not None and "," in self.inventory and not Path(self.inventory).exists()
 
     def cmdline(self) -> str:
-        """The ansible-playbook options ansible-runner has no parameter for."""
-        args: list[str] = []
+        """The ansible-playbook options ansible-runner has no parameter for (an inline host list too:
+        ansible-runner would take the text for an inventory file's content)."""
+        args: list[str] = ["-i", self.inventory] if self.inline_inventory and self.inventory else []
         for value in self.extra_vars:
             args += ["-e", value]
         if self.check:
             args.append("--check")
         if self.diff:
             args.append("--diff")
+        if self.vault_password_file is not None:
+            args += ["--vault-password-file", str(self.vault_password_file)]
         return shlex.join(args)
 
 
@@ -84,7 +94,16 @@ def check_request(request: DeployRequest) -> None:
         raise DeployError(
             f"no playbook at {request.playbook}: run from the megahour checkout or pass --playbook"
         )
-    if request.inventory is not None and not request.inventory.exists():
+    if request.vault_password_file is not None and not request.vault_password_file.is_file():
+        raise DeployError(
+            f"no vault password file at {request.vault_password_file}: pass the file (or a script) that "
+            "prints the Ansible Vault password"
+        )
+    if (
+        request.inventory is not None
+        and not request.inline_inventory
+        and not Path(request.inventory).exists()
+    ):
         raise DeployError(
             f"no inventory at {request.inventory}: pass -i inventories/<vendor> (`make up` writes "
             "inventories/local's hosts for the local cluster)"
@@ -147,9 +166,12 @@ def run(
             on_line(line)
         return True  # keep the event in the artifacts' job_events/
 
-    previous = None
+    # With a cancel_callback ansible-runner installs no handler of its own: Ctrl-C, a kill (a CI
+    # timeout, `timeout`) and a closed terminal all stop ansible-playbook through it, never orphan it.
+    previous: dict[int, object] = {}
     if threading.current_thread() is threading.main_thread():
-        previous = signal.signal(signal.SIGINT, lambda *_: cancelled.set())
+        for number in CANCEL_SIGNALS:
+            previous[number] = signal.signal(number, lambda *_: cancelled.set())
     began = time.monotonic()
     try:
         # private_data_dir holds only what ansible-runner writes for itself (env/, a copy of the
@@ -159,7 +181,11 @@ def run(
                 private_data_dir=private,
                 project_dir=str(request.project_dir.resolve()),
                 playbook=str(request.playbook.resolve()),
-                inventory=str(request.inventory.resolve()) if request.inventory else None,
+                inventory=(
+                    str(Path(request.inventory).resolve())
+                    if request.inventory and not request.inline_inventory
+                    else None
+                ),
                 limit=request.limit,
                 tags=request.tags,
                 skip_tags=request.skip_tags,
@@ -173,8 +199,8 @@ def run(
                 rotate_artifacts=0,
             )
     finally:
-        if previous is not None:
-            signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
     status = "canceled" if cancelled.is_set() else str(runner.status)
     rc = runner.rc if isinstance(runner.rc, int) else 1
     return DeployResult(status, rc, root / ident, time.monotonic() - began, tally)
