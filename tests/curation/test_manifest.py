@@ -519,3 +519,16 @@ def test_upsert_names_the_line_that_is_not_json(warehouse, filled, tmp_path, cap
     bad.write_text('{"episode_id": "x"\n')
     rc = cli.main(["warehouse", "upsert", str(bad), "--warehouse", warehouse.url, "--database", filled])
     assert rc == 1 and "bad.jsonl:1: not JSON" in capsys.readouterr().err
+
+
+def test_row_data_that_spells_the_placeholder_is_data(tmp_path) -> None:
+    """Only the schema message and the footer carry the digest: a row whose text happens to spell the
+    placeholder is written, read and verified as it is."""
+    trap = '"content_sha256": "' + "0" * 64 + '"'
+    table = pa.table({"episode_id": [f"ep-{i}" for i in range(4)], "note": [trap, "a", trap, "b"]})
+    path = tmp_path / "trap.arrow"
+    info = manifest.write_manifest(table, path, world_size=2, query="q", warehouse="w", warehouse_version="1")
+    assert manifest.verify(path).content_sha256 == info.content_sha256
+    source, reader, _ = manifest.open_file(path)
+    assert reader.read_all().column("note").to_pylist() == [trap, "a", trap, "b"]
+    source.close()

@@ -25,6 +25,8 @@ import hashlib
 import json
 import mmap
 import os
+import re
+import struct
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -123,15 +125,34 @@ def _digest_field(hex_digest: str) -> bytes:
     return f'"content_sha256": "{hex_digest}"'.encode()
 
 
+def _metadata_regions(data: mmap.mmap) -> list[tuple[int, int]]:
+    """The two places an Arrow IPC file carries the schema's metadata: the schema message after the
+    leading magic (``ARROW1\\0\\0``, the continuation marker, its length) and the footer before the
+    trailing ``<footer length>ARROW1``. Empty when the framing does not parse (a damaged file: it is then
+    hashed as it is, and fails)."""
+    size = len(data)
+    if size < 16 + 10 or data[:6] != b"ARROW1" or data[size - 6 :] != b"ARROW1":
+        return []
+    marker, schema_length = struct.unpack_from("<Ii", data, 8)
+    (footer_length,) = struct.unpack_from("<i", data, size - 10)
+    schema = (16, 16 + schema_length)
+    footer = (size - 10 - footer_length, size - 10)
+    if marker != 0xFFFFFFFF or schema_length <= 0 or footer_length <= 0 or schema[1] > footer[0]:
+        return []
+    return [schema, footer]
+
+
 def _digest_offsets(data: mmap.mmap, hex_digest: str) -> list[int]:
-    """Where the 64 hex digits of each ``"content_sha256": "<hex_digest>"`` in ``data`` begin."""
+    """Where the 64 hex digits of each ``"content_sha256": "<hex_digest>"`` in the schema message and in
+    the footer begin (never in the batches: a row holding that text is data, and stays as it is)."""
     needle = _digest_field(hex_digest)
     start = len(needle) - len(hex_digest) - 1
     offsets = []
-    at = data.find(needle)
-    while at >= 0:
-        offsets.append(at + start)
-        at = data.find(needle, at + len(needle))
+    for begin, end in _metadata_regions(data):
+        at = data.find(needle, begin, end)
+        while at >= 0:
+            offsets.append(at + start)
+            at = data.find(needle, at + len(needle), end)
     return offsets
 
 
@@ -147,6 +168,8 @@ def file_hash(path: str | Path, declared: str) -> tuple[str, list[int]]:
         with mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ) as data:
             offsets = _digest_offsets(data, declared)
             position = 0
+            if len(offsets) != 2:  # a damaged copy, or framing that does not parse: hash it all as it is
+                offsets = []
             for offset in [*offsets, size]:
                 while position < offset:  # in chunks: hashlib copies nothing, the page cache does the rest
                     end = min(offset, position + HASH_CHUNK)
@@ -206,8 +229,11 @@ def write_manifest(
         # The hash of the file as written, placeholder in place; then the digest over the placeholder
         # (same length: nothing moves), before the rename publishes it.
         digest, offsets = file_hash(handle.name, PLACEHOLDER)
-        if not offsets:  # pragma: no cover - the schema always carries the metadata
-            raise ManifestError(f"{path}: the written manifest does not carry its digest placeholder")
+        if len(offsets) != 2:  # pragma: no cover - pyarrow writes the metadata in the schema and the footer
+            raise ManifestError(
+                f"{path}: the written manifest carries its digest placeholder {len(offsets)} times, not "
+                "twice (in the schema message and the footer)"
+            )
         for offset in offsets:
             os.pwrite(handle.fileno(), digest.encode(), offset)
     return ManifestInfo(**{**draft.to_dict(), "content_sha256": digest})
@@ -226,6 +252,8 @@ def read_info(reader: ipc.RecordBatchFileReader, name: str) -> ManifestInfo:
         raise ManifestError(
             f"{name}: manifest metadata does not parse ({exc}); rebuild the manifest"
         ) from None
+    if not (isinstance(info.content_sha256, str) and re.fullmatch(r"[0-9a-f]{64}", info.content_sha256)):
+        raise ManifestError(f"{name}: its content_sha256 is not a SHA-256 in hex; rebuild the manifest")
     if info.format != FORMAT and info.format not in LEGACY_FORMATS:
         raise ManifestError(
             f"{name}: manifest format {info.format!r}, this megahour reads "
