@@ -67,6 +67,62 @@ def register(subparsers: cliutil.Subparsers) -> None:
     p.add_argument("--artifacts", help="where each run's artifacts folder goes")
     p.add_argument("--no-tasks", action="store_true", help="progress per play and host only, no task lines")
     cliutil.add_json_flag(p, help="print the run's summary as JSON on stdout (progress goes to stderr)")
+    _register_secrets(subparsers)
+
+
+def _register_secrets(subparsers: cliutil.Subparsers) -> None:
+    secrets = cliutil.add_group(
+        subparsers,
+        "secrets",
+        help="the secrets a deploy generated: move them into an Ansible Vault file of the inventory",
+        errors=_vault_errors,
+    )
+    p = cliutil.add_command(
+        secrets,
+        "vault",
+        _cmd_vault,
+        help="encrypt the inventory's generated secrets (.secrets/) into group_vars/all/vault.yml",
+        description=(
+            "Read the secrets the roles generated into the inventory's git-ignored .secrets/ and write them, "
+            "encrypted with the vault password, to INVENTORY/group_vars/all/vault.yml as the variables the "
+            "roles read instead of generating (slurm_controller_db_password, warehouse_passwords, "
+            "airflow_passwords, local_store_secret_key). Deploy with --vault-password-file afterwards; "
+            "the .secrets/ files are left in place: remove them once that deploy has passed. The munge key "
+            "is generated on the controller, not here: set munge_key yourself to manage it."
+        ),
+        exits={0: "the vault file was written and decrypts to the secrets", 1: "nothing was written (why)"},
+    )
+    p.add_argument("-i", "--inventory", required=True, help="the inventory folder (inventories/<vendor>)")
+    p.add_argument("--vault-password-file", required=True, help="the vault password file (or script)")
+    p.add_argument("--secrets-dir", help="where the generated secrets are (default: INVENTORY/.secrets)")
+    p.add_argument("--force", action="store_true", help="replace an existing group_vars/all/vault.yml")
+    cliutil.add_json_flag(p)
+
+
+def _vault_errors() -> tuple[type[BaseException], ...]:
+    from megahour.deploy.vault import VaultError
+
+    return (VaultError,)
+
+
+def _cmd_vault(args: argparse.Namespace, console: Console) -> int:
+    from megahour.deploy import vault
+
+    inventory = Path(args.inventory)
+    if not inventory.is_dir():
+        raise cliutil.CommandError(f"{inventory} is not an inventory folder: pass -i inventories/<vendor>")
+    secrets_dir = Path(args.secrets_dir) if args.secrets_dir else inventory / ".secrets"
+    vault_plan = vault.plan(secrets_dir, vault.defined_elsewhere(inventory))
+    target = vault.write(inventory, vault_plan, Path(args.vault_password_file), force=args.force)
+    report = {"vault_file": str(target), "variables": vault_plan.names, "skipped": vault_plan.skipped}
+    lines = [f"wrote {target} (encrypted, 0600): {', '.join(vault_plan.names)}"]
+    lines += [f"left out {name}: {why}" for name, why in sorted(vault_plan.skipped.items())]
+    lines.append(
+        f"next: megahour deploy -i {inventory} --vault-password-file {args.vault_password_file}; "
+        f"then remove the vaulted files from {secrets_dir}"
+    )
+    cliutil.emit(args, console, report, "\n".join(lines))
+    return 0
 
 
 def _cmd_deploy(args: argparse.Namespace, console: Console) -> int:
