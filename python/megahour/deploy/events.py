@@ -98,9 +98,9 @@ class DeployTally:
         data = event.get("event_data") or {}
         if kind == "playbook_on_play_start":
             lines = self._end_play()
-            self.plays.append(PlayTally(str(data.get("play", "")), str(data.get("play_pattern", ""))))
-            pattern = f" ({self.plays[-1].pattern})" if self.plays[-1].pattern else ""
-            return [*lines, f"play {len(self.plays)}: {self.plays[-1].name}{pattern}"]
+            play = self._adopt(data)
+            pattern = f" ({play.pattern})" if play.pattern else ""
+            return [*lines, f"play {len(self.plays)}: {play.name}{pattern}"]
         if kind == "playbook_on_task_start":
             self.tasks += 1
             return [f"  task: {data.get('task', '')}"] if self.show_tasks else []
