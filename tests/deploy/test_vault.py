@@ -4,6 +4,7 @@ from it (the roles' own secret resolution through `megahour deploy --vault-passw
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -21,6 +22,8 @@ SECRETS = {
     "airflow_jwt_secret": "af-jwt-Secret-6",
     "airflow_api_secret_key": "af-api-Secret-7",
     "airflow_fernet_key": "A" * 43,  # the role appends "="
+    "monitoring_admin_password": "mon-admin-Secret-8",
+    "monitoring_prometheus_password": "mon-prom-Secret-9",
 }
 
 
@@ -39,6 +42,8 @@ def inventory(tmp_path) -> Path:
     for name, value in SECRETS.items():
         (secrets / name).write_text(value + "\n")
     (secrets / "notes.txt").write_text("not a secret\n")
+    (secrets / "pki").mkdir()
+    (secrets / "pki" / "ca.key").write_text("-----BEGIN PRIVATE KEY-----\n")
     (tmp_path / "vault-pass").write_text("correct horse battery staple\n")
     return inv
 
@@ -50,7 +55,8 @@ def test_the_vault_file_holds_every_generated_secret_encrypted(inventory, capsys
     report = json.loads(capsys.readouterr().out)
     target = inventory / "group_vars" / "all" / "vault.yml"
     assert report["vault_file"] == str(target) and report["skipped"] == {
-        "notes.txt": "not a secret megahour's roles generate"
+        "notes.txt": "not a secret megahour's roles generate",
+        "pki/": "the cluster CA's key and certificate (files the pki role reads): back the folder up",
     }
     text = target.read_text()
     assert text.startswith("$ANSIBLE_VAULT;1.1;AES256") and target.stat().st_mode & 0o777 == 0o600
@@ -65,6 +71,7 @@ def test_the_vault_file_holds_every_generated_secret_encrypted(inventory, capsys
             "api_secret_key": "af-api-Secret-7",
             "fernet_key": "A" * 43 + "=",
         },
+        "monitoring_passwords": {"admin": "mon-admin-Secret-8", "prometheus": "mon-prom-Secret-9"},
     }
     # A second run does not overwrite it; a wrong password does not decrypt it.
     assert cli.main(args) == 1
@@ -99,7 +106,9 @@ def test_a_deploy_takes_the_secrets_from_the_vault_and_generates_none(inventory,
         cli.main(["secrets", "vault", "-i", str(inventory), "--vault-password-file", str(password_file)]) == 0
     )
     for path in (inventory / ".secrets").iterdir():  # as the docs say: gone once vaulted
-        path.unlink()
+        if path.is_file():
+            path.unlink()
+    shutil.rmtree(inventory / ".secrets" / "pki")
     resolved = tmp_path / "resolved.json"
     args = [
         "deploy",
@@ -119,6 +128,7 @@ def test_a_deploy_takes_the_secrets_from_the_vault_and_generates_none(inventory,
     assert got["warehouse"] == "wh-Secret-2" and got["warehouse_default"] == "wh-default-Secret-3"
     assert got["slurmdbd"] == "slurmdb-Secret-1"
     assert got["airflow"]["admin"] == "af-admin-Secret-4" and got["airflow"]["fernet_key"] == "A" * 43 + "="
+    assert got["monitoring"] == {"admin": "mon-admin-Secret-8", "prometheus": "mon-prom-Secret-9"}
     assert list((inventory / ".secrets").iterdir()) == []  # nothing was generated
     run = next((tmp_path / "runs").iterdir())
     assert not any(value in (run / "stdout").read_text() for value in SECRETS.values())

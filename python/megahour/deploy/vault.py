@@ -5,10 +5,10 @@ The roles generate each missing secret once on the control node with Ansible's `
 plain file under ``<inventory>/.secrets/`` (``megahour_secrets_dir``). That directory must never be
 committed, and a second control node does not have it. This command writes
 ``<inventory>/group_vars/all/vault.yml``, encrypted with the given vault password, holding
-``slurm_controller_db_password``, ``warehouse_passwords``, ``airflow_passwords`` and
-``local_store_secret_key`` as the roles expect them; a deploy with ``--vault-password-file`` then uses those
-and generates nothing. The ``.secrets/`` files are left in place (remove them once a deploy with the vault
-has passed).
+``slurm_controller_db_password``, ``warehouse_passwords``, ``airflow_passwords``,
+``monitoring_passwords`` and ``local_store_secret_key`` as the roles expect them; a deploy with
+``--vault-password-file`` then uses those and generates nothing. The ``.secrets/`` files are left in
+place (remove them once a deploy with the vault has passed).
 
 Pure mapping (``plan``) apart from the Ansible Vault I/O (``encrypt``, ``decrypt``).
 """
@@ -31,7 +31,10 @@ _FIXED = {
 _PATTERNS = (
     (re.compile(r"warehouse_(?P<key>[A-Za-z0-9_]+)_password"), "warehouse_passwords"),
     (re.compile(r"airflow_(?P<key>db|admin|jwt_secret|api_secret_key|fernet_key)"), "airflow_passwords"),
+    (re.compile(r"monitoring_(?P<key>admin|prometheus)_password"), "monitoring_passwords"),
 )
+# Folders of files the roles read by path, not as variables: kept, and named in the report.
+_FOLDERS = {"pki": "the cluster CA's key and certificate (files the pki role reads): back the folder up"}
 VAULT_FILE = Path("group_vars") / "all" / "vault.yml"
 VAULT_HEADER = "$ANSIBLE_VAULT;"
 
@@ -91,6 +94,9 @@ def plan(secrets_dir: Path, already: dict[str, str]) -> VaultPlan:
             f"{secrets_dir} does not exist: there is nothing generated to vault (deploy once, or pass "
             "--secrets-dir)"
         )
+    for path in sorted(p for p in secrets_dir.iterdir() if p.is_dir() and not p.name.startswith(".")):
+        why = _FOLDERS.get(path.name, "a folder, not a secret megahour's roles generate")
+        out.skipped[path.name + "/"] = why
     for path in sorted(p for p in secrets_dir.iterdir() if p.is_file() and not p.name.startswith(".")):
         variable, key = _FIXED.get(path.name, (None, None))
         if variable is None:

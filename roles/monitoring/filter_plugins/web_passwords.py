@@ -1,0 +1,32 @@
+"""``megahour_bcrypt``: the bcrypt hash a web config's ``basic_auth_users`` holds, stable across runs
+(``megahour.deploy.web_passwords`` on the control node).
+
+    "{{ password | megahour_bcrypt('monitoring:' ~ inventory_hostname ~ ':admin', 10, 'admin') }}"
+"""
+
+from __future__ import annotations
+
+from ansible.errors import AnsibleFilterError
+
+
+def megahour_bcrypt(password, seed, cost=10, account="an account"):
+    try:
+        from megahour.deploy.web_passwords import WebPasswordError, bcrypt_hash
+    except ImportError as exc:
+        raise AnsibleFilterError(
+            f"megahour_bcrypt needs the megahour package on the control node ({exc}); "
+            "run `make venv` and use .venv/bin/ansible-playbook"
+        ) from exc
+    try:
+        return bcrypt_hash(str(password), str(seed), int(cost), str(account))
+    except WebPasswordError as exc:
+        raise AnsibleFilterError(str(exc)) from None
+    except ImportError as exc:
+        raise AnsibleFilterError(
+            f"megahour_bcrypt needs the bcrypt package on the control node ({exc}); run `make venv`"
+        ) from exc
+
+
+class FilterModule:
+    def filters(self):
+        return {"megahour_bcrypt": megahour_bcrypt}
