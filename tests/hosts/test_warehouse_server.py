@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import shlex
 
+from tests.hosts import probe
+
 CLICKHOUSE_PORTS = (8123, 9000, 9009)
 # Logs in over HTTP as USER with PASSWORD and prints the status code (python3 is on every node; curl is
 # not part of the node image).
@@ -23,30 +25,18 @@ LOGIN = (
 )
 
 
-def cluster_address(host) -> str:
-    route = host.check_output("ip -4 -o route get 1.1.1.1")  # "... src 10.89.0.5 uid 0"
-    words = route.split()
-    return words[words.index("src") + 1]
-
-
 def login_status(host, user: str, password: str) -> int:
     command = shlex.join(["python3", "-c", LOGIN, user, password])
     return int(host.check_output(command).strip())
 
 
 def test_clickhouse_listens_on_the_cluster_address_and_loopback_only(host):
-    address = cluster_address(host)
-    bound = {}
-    for spec in host.socket.get_listening_sockets():
-        if not spec.startswith("tcp://"):
-            continue
-        where, _, port = spec[len("tcp://") :].rpartition(":")
-        if int(port) in CLICKHOUSE_PORTS:
-            bound.setdefault(int(port), set()).add(where.strip("[]"))
+    address = probe.cluster_address(host)
+    bound = {port: where for port, where in probe.listening(host).items() if port in CLICKHOUSE_PORTS}
     assert bound.get(8123) == {address, "127.0.0.1"}, bound
     assert bound.get(9000) == {address, "127.0.0.1"}, bound
     for port, addresses in bound.items():
-        assert not addresses & {"0.0.0.0", "::", "*"}, f"port {port} listens on every interface: {addresses}"
+        assert not addresses & probe.EVERY_INTERFACE, f"port {port} listens on every interface: {addresses}"
 
 
 def test_no_login_works_without_its_password(host):
