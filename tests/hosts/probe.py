@@ -52,3 +52,23 @@ def get(host, url: str, user: str = "", password: str = "", cafile: str = CLUSTE
     """{"status": HTTP status or 0, "error": why there was no HTTP answer}."""
     command = shlex.join(["python3", "-c", _REQUEST, url, user, password, cafile])
     return json.loads(host.check_output(command))
+
+
+# Prints how a TCP connection to HOST:PORT ends: open, refused (an RST: nothing listens, or a reject), or
+# timeout (no answer: a firewall dropped it).
+_CONNECT = r"""
+import socket, sys
+target, port, timeout = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+try:
+    socket.create_connection((target, port), timeout=timeout).close()
+    print("open")
+except ConnectionRefusedError:
+    print("refused")
+except (TimeoutError, socket.timeout):
+    print("timeout")
+"""
+
+
+def connect(host, target: str, port: int, timeout: float = 3.0) -> str:
+    """From ``host``, how a connection to ``target``:``port`` ends: open, refused or timeout."""
+    return host.check_output(shlex.join(["python3", "-c", _CONNECT, target, str(port), str(timeout)])).strip()

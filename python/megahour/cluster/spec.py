@@ -145,9 +145,9 @@ class ClusterSpec:
             args += ["--volume", f"{volume}:{CACHE_MOUNT}"]
         for device in host.devices:
             args += ["--device", device]
-        if host.role == "storage":
-            # tc needs it to cap the store's egress (the emulated remote link's bandwidth).
-            args += ["--cap-add", "NET_ADMIN"]
+        # nftables needs it for the host firewall (roles/firewall) in the container's own network
+        # namespace, and tc to cap the store's egress (the emulated remote link's bandwidth).
+        args += ["--cap-add", "NET_ADMIN"]
         args += [self.image, "/sbin/init"]
         return args
 

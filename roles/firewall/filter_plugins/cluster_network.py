@@ -1,0 +1,1 @@
+../../common/filter_plugins/cluster_network.py

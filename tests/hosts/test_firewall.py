@@ -1,0 +1,50 @@
+"""The host firewall, from outside: every cluster host runs megahour's table with a dropping input chain,
+and a connection from a host the port table does not allow is dropped (no answer at all), while one from a
+host it allows gets through. Run with every cluster host and one host outside the cluster (the store):
+``MEGAHOUR_CLUSTER_HOSTS=a,b MEGAHOUR_MONITORING_HOST=a pytest --hosts=podman://a,... test_firewall.py``.
+Each test takes the host it runs on as the source."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.hosts import probe
+
+NODE_EXPORTER, SLURMCTLD = 9100, 6817
+
+
+def topology() -> tuple[list[str], str]:
+    cluster = [h for h in os.environ.get("MEGAHOUR_CLUSTER_HOSTS", "").split(",") if h]
+    monitoring = os.environ.get("MEGAHOUR_MONITORING_HOST", "")
+    if not cluster or monitoring not in cluster:
+        pytest.fail("set MEGAHOUR_CLUSTER_HOSTS and MEGAHOUR_MONITORING_HOST (molecule's verify does)")
+    return cluster, monitoring
+
+
+def test_the_cluster_hosts_drop_what_no_rule_accepts(host):
+    cluster, _ = topology()
+    if host.backend.get_hostname() not in cluster:
+        assert host.run("nft list table inet megahour").rc != 0  # the store is outside: no table
+        return
+    chain = host.check_output("nft list chain inet megahour input")
+    assert "policy drop;" in chain
+    assert host.service("megahour-firewall").is_enabled
+
+
+def test_node_exporter_answers_the_monitoring_server_only(host):
+    cluster, monitoring = topology()
+    source = host.backend.get_hostname()
+    for target in cluster:
+        # A host's own address goes over loopback, which is accepted.
+        expected = "open" if source in (monitoring, target) else "timeout"
+        assert probe.connect(host, target, NODE_EXPORTER) == expected, f"{source} -> {target}:{NODE_EXPORTER}"
+
+
+def test_slurmctld_answers_the_cluster_only(host):
+    cluster, monitoring = topology()
+    source = host.backend.get_hostname()
+    controller = monitoring  # the monitoring server is the first controller in these scenarios
+    expected = "open" if source in cluster else "timeout"
+    assert probe.connect(host, controller, SLURMCTLD) == expected, f"{source} -> {controller}:{SLURMCTLD}"

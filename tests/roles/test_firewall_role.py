@@ -1,0 +1,141 @@
+"""The firewall role's port table, rendered by ansible-playbook here for a controller and two compute
+nodes: each service open only to the hosts that need it, every ruleset accepted by nft, an inventory's own
+port settings followed, and each fallback port equal to the owning role's default."""
+
+import json
+import re
+import shutil
+import subprocess
+
+import pytest
+import yaml
+
+from tests.conftest import REPO, tool
+
+pytestmark = pytest.mark.integration
+PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_firewall.yml"
+FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "firewall" / "filter_plugins")}
+ADDRESS = {"ctl": "10.88.0.10", "gpu-1": "10.88.0.11", "gpu-2": "10.88.0.12"}
+EVERY = "{ 10.88.0.10, 10.88.0.11, 10.88.0.12 }"
+
+
+@pytest.fixture
+def render(run, tmp_path):
+    def _render(**extra) -> dict[str, str]:
+        groups = {
+            "cluster": ["ctl", "gpu-1", "gpu-2"],
+            "controller": ["ctl"],
+            "compute": ["gpu-1", "gpu-2"],
+            "warehouse": ["ctl"],
+            "airflow": ["ctl"],
+        }
+        inventory = {
+            "all": {
+                "hosts": {
+                    h: {
+                        "ansible_connection": "local",
+                        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                        "test_address": a,
+                    }
+                    for h, a in ADDRESS.items()
+                },
+                "children": {g: {"hosts": {h: {} for h in members}} for g, members in groups.items()},
+            }
+        }
+        (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
+        out = tmp_path / "out"
+        out.mkdir(exist_ok=True)
+        args = [tool("ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(PLAYBOOK)]
+        proc = run([*args, "-e", json.dumps({"out": str(out), **extra})], env=FILTERS)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        return {h: (out / f"{h}.nft").read_text() for h in ADDRESS}
+
+    return _render
+
+
+def accepted(text: str) -> dict[str, str]:
+    """comment -> the match before `accept`, for the IPv4 rules."""
+    found = {}
+    for line in text.splitlines():
+        m = re.match(r'\s*ip saddr (.+?) accept comment "(.+)"$', line)
+        if m:
+            found[m[2]] = m[1]
+    return found
+
+
+def test_each_host_opens_each_service_to_the_hosts_that_need_it_only(render, tmp_path):
+    rules = render()
+    ctl, gpu = accepted(rules["ctl"]), accepted(rules["gpu-1"])
+    assert ctl["slurmctld"] == f"{EVERY} tcp dport 6817"
+    assert ctl["slurmdbd"] == f"{EVERY} tcp dport 6819"
+    master = ctl["Alluxio master (RPC, web, embedded journal)"]
+    assert master == f"{EVERY} tcp dport {{ 19998, 19999, 19200 }}"
+    assert ctl["ClickHouse (HTTP, native)"] == f"{EVERY} tcp dport {{ 8123, 9000 }}"
+    # Operator endpoints: the monitoring server and the cluster network (the default operator sources).
+    assert ctl["Prometheus"] == "{ 10.88.0.0/24, 10.88.0.10 } tcp dport 9090"
+    assert ctl["Airflow API server"] == "{ 10.88.0.0/24, 10.88.0.10, 10.88.0.11, 10.88.0.12 } tcp dport 8080"
+    # node_exporter answers only the monitoring server, on every host; the controller runs no slurmd.
+    assert ctl["node_exporter"] == gpu["node_exporter"] == "10.88.0.10 tcp dport 9100"
+    assert "slurmd" not in ctl and "Prometheus" not in gpu and "ClickHouse (HTTP, native)" not in gpu
+    assert gpu["slurmd"] == f"{EVERY} tcp dport 6818"
+    assert gpu["compute to compute (NCCL, rendezvous)"] == "{ 10.88.0.11, 10.88.0.12 } meta l4proto tcp"
+    assert gpu["Alluxio worker (RPC and data, web)"] == f"{EVERY} tcp dport {{ 29999, 30000 }}"
+    assert gpu["srun step I/O"] == "{ 10.88.0.10, 10.88.0.11, 10.88.0.12 } tcp dport 60001-63000"
+    assert gpu["ssh"] == "0.0.0.0/0 tcp dport 22"
+    nft = shutil.which("nft") or "/usr/sbin/nft"
+    for host, text in rules.items():
+        path = tmp_path / f"{host}.nft"
+        path.write_text(text)
+        check = subprocess.run([nft, "-c", "-f", str(path)], capture_output=True, text=True, check=False)
+        assert check.returncode == 0, (host, check.stderr)
+
+
+def test_the_inventorys_own_ports_and_sources_are_followed(render):
+    rules = render(
+        monitoring_node_exporter_port=19100,
+        alluxio_ports={"proxy_web": 40000},
+        slurm_client_config={"SrunPortRange": "50000-50100"},
+        firewall_ssh_sources=["192.0.2.0/24"],
+        firewall_extra_services=[
+            {"name": "login portal", "hosts": "controller", "from": ["compute"], "ports": [443]}
+        ],
+    )
+    gpu, ctl = accepted(rules["gpu-1"]), accepted(rules["ctl"])
+    assert gpu["node_exporter"] == "10.88.0.10 tcp dport 19100"
+    assert gpu["Alluxio S3 proxy"] == f"{EVERY} tcp dport 40000"
+    assert gpu["srun step I/O"].endswith("tcp dport 50000-50100")
+    assert gpu["ssh"] == "192.0.2.0/24 tcp dport 22" and "ip6 saddr" not in rules["gpu-1"]
+    assert ctl["login portal"] == "{ 10.88.0.11, 10.88.0.12 } tcp dport 443"
+
+
+def role_defaults(role: str) -> dict:
+    return yaml.safe_load((REPO / "roles" / role / "defaults" / "main.yml").read_text())
+
+
+def test_each_fallback_port_is_the_owning_roles_default():
+    text = (REPO / "roles" / "firewall" / "defaults" / "main.yml").read_text()
+    fallbacks = dict(re.findall(r"([A-Za-z_]+) \| default\((\d+)\)", text))
+    alluxio = role_defaults("alluxio")["alluxio_ports"]
+    slurm = role_defaults("slurm_client")["slurm_client_config_defaults"]
+    monitoring = role_defaults("monitoring")
+    warehouse = role_defaults("warehouse")
+    expected = {
+        "SlurmctldPort": slurm["SlurmctldPort"],
+        "SlurmdPort": slurm["SlurmdPort"],
+        "master_rpc": alluxio["master_rpc"],
+        "master_web": alluxio["master_web"],
+        "master_raft": alluxio["master_raft"],
+        "worker_rpc": alluxio["worker_rpc"],
+        "worker_web": alluxio["worker_web"],
+        "proxy_web": alluxio["proxy_web"],
+        "monitoring_node_exporter_port": monitoring["monitoring_node_exporter_port"],
+        "monitoring_prometheus_port": monitoring["monitoring_prometheus_port"],
+        "monitoring_alertmanager_port": monitoring["monitoring_alertmanager_port"],
+        "warehouse_http_port": warehouse["warehouse_http_port"],
+        "warehouse_tcp_port": warehouse["warehouse_tcp_port"],
+        "airflow_api_port": role_defaults("airflow")["airflow_api_port"],
+    }
+    got = {key: int(value) for key, value in fallbacks.items()}
+    assert got == expected
+    srun = re.search(r"SrunPortRange \| default\('([\d-]+)'\)", text)[1]
+    assert srun == slurm["SrunPortRange"]
