@@ -1,16 +1,14 @@
 """The alluxio role's alluxio-site.properties and log4j2.properties, rendered by ansible-playbook here."""
 
-import json
-
 import pytest
-import yaml
 
-from tests.conftest import REPO, tool
+from tests.conftest import REPO
+from tests.roles.render import render_playbook
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_alluxio.yml"
 # The role's vars call its filters; the render playbook loads the role's files, not the role.
-FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "alluxio" / "filter_plugins")}
+FILTERS = REPO / "roles" / "alluxio" / "filter_plugins"
 
 
 def properties(text: str) -> dict[str, str]:
@@ -28,25 +26,8 @@ def render(run, tmp_path):
 
     def _render(groups: dict[str, list[str]], **extra) -> tuple[dict[str, str], dict[str, str]]:
         hosts = {h for members in groups.values() for h in members} | {"ctl"}
-        inventory = {
-            "all": {
-                "hosts": {
-                    h: {
-                        "ansible_connection": "local",
-                        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                        "test_address": f"10.88.0.{10 + i}",
-                    }
-                    for i, h in enumerate(sorted(hosts))
-                },
-                "children": {g: {"hosts": {h: {} for h in members}} for g, members in groups.items()},
-            }
-        }
-        (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-        out = tmp_path / "out"
-        out.mkdir(exist_ok=True)
-        args = [tool("ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(PLAYBOOK)]
-        proc = run([*args, "-e", json.dumps({"out": str(out), **extra})], env=FILTERS)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        addresses = {h: f"10.88.0.{10 + i}" for i, h in enumerate(sorted(hosts))}
+        out = render_playbook(run, tmp_path, PLAYBOOK, addresses, groups, FILTERS, extra)
         return (
             properties((out / "alluxio-site.properties").read_text()),
             properties((out / "log4j2.properties").read_text()),

@@ -2,7 +2,6 @@
 nodes: each service open only to the hosts that need it, every ruleset accepted by nft, an inventory's own
 port settings followed, and each fallback port equal to the owning role's default."""
 
-import json
 import re
 import shutil
 import subprocess
@@ -10,11 +9,12 @@ import subprocess
 import pytest
 import yaml
 
-from tests.conftest import REPO, tool
+from tests.conftest import REPO
+from tests.roles.render import render_playbook
 
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_firewall.yml"
-FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "firewall" / "filter_plugins")}
+FILTERS = REPO / "roles" / "firewall" / "filter_plugins"
 ADDRESS = {"ctl": "10.88.0.10", "gpu-1": "10.88.0.11", "gpu-2": "10.88.0.12"}
 EVERY = "{ 10.88.0.10, 10.88.0.11, 10.88.0.12 }"
 
@@ -29,25 +29,7 @@ def render(run, tmp_path):
             "warehouse": ["ctl"],
             "airflow": ["ctl"],
         }
-        inventory = {
-            "all": {
-                "hosts": {
-                    h: {
-                        "ansible_connection": "local",
-                        "ansible_python_interpreter": "{{ ansible_playbook_python }}",
-                        "test_address": a,
-                    }
-                    for h, a in ADDRESS.items()
-                },
-                "children": {g: {"hosts": {h: {} for h in members}} for g, members in groups.items()},
-            }
-        }
-        (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
-        out = tmp_path / "out"
-        out.mkdir(exist_ok=True)
-        args = [tool("ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(PLAYBOOK)]
-        proc = run([*args, "-e", json.dumps({"out": str(out), **extra})], env=FILTERS)
-        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
+        out = render_playbook(run, tmp_path, PLAYBOOK, ADDRESS, groups, FILTERS, extra)
         return {h: (out / f"{h}.nft").read_text() for h in ADDRESS}
 
     return _render
