@@ -66,6 +66,8 @@ except ConnectionRefusedError:
     print("refused")
 except (TimeoutError, socket.timeout):
     print("timeout")
+except OSError as exc:  # no route, or a name that does not resolve: say so, not a traceback
+    print(f"error: {exc}")
 """
 
 

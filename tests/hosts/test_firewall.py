@@ -6,9 +6,11 @@ Each test takes the host it runs on as the source."""
 
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
+import testinfra
 
 from tests.hosts import probe
 
@@ -21,6 +23,12 @@ def topology() -> tuple[list[str], str]:
     if not cluster or monitoring not in cluster:
         pytest.fail("set MEGAHOUR_CLUSTER_HOSTS and MEGAHOUR_MONITORING_HOST (molecule's verify does)")
     return cluster, monitoring
+
+
+@functools.cache
+def address_of(name: str) -> str:
+    """A cluster host's cluster address, asked of that host: the store resolves no cluster host names."""
+    return probe.cluster_address(testinfra.get_host(f"podman://{name}"))
 
 
 def test_the_cluster_hosts_drop_what_no_rule_accepts(host):
@@ -39,7 +47,9 @@ def test_node_exporter_answers_the_monitoring_server_only(host):
     for target in cluster:
         # A host's own address goes over loopback, which is accepted.
         expected = "open" if source in (monitoring, target) else "timeout"
-        assert probe.connect(host, target, NODE_EXPORTER) == expected, f"{source} -> {target}:{NODE_EXPORTER}"
+        assert probe.connect(host, address_of(target), NODE_EXPORTER) == expected, (
+            f"{source} -> {target}:{NODE_EXPORTER}"
+        )
 
 
 def test_slurmctld_answers_the_cluster_only(host):
@@ -47,4 +57,6 @@ def test_slurmctld_answers_the_cluster_only(host):
     source = host.backend.get_hostname()
     controller = monitoring  # the monitoring server is the first controller in these scenarios
     expected = "open" if source in cluster else "timeout"
-    assert probe.connect(host, controller, SLURMCTLD) == expected, f"{source} -> {controller}:{SLURMCTLD}"
+    assert probe.connect(host, address_of(controller), SLURMCTLD) == expected, (
+        f"{source} -> {controller}:{SLURMCTLD}"
+    )

@@ -148,7 +148,8 @@ def ruleset(rules: list[Rule], *, log_drops: bool = True) -> str:
         "    ct state established,related accept",
         "    ct state invalid drop",
         '    iif "lo" accept',
-        "    meta l4proto { icmp, ipv6-icmp } accept",
+        # nft's own names: /etc/protocols' ipv6-icmp is missing where netbase is not installed.
+        "    meta l4proto { icmp, icmpv6 } accept",
     ]
     for rule in rules:
         if rule.ports:
