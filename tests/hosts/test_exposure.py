@@ -12,6 +12,8 @@ NOT_BOUND_YET = {
     6817: "slurmctld",
     6818: "slurmd",
     6819: "slurmdbd",
+    8793: "Airflow's task log server (the firewall admits loopback only)",
+    8794: "Airflow's triggerer log server (the firewall admits loopback only)",
     19998: "Alluxio master RPC",
     19999: "Alluxio master web",
     19200: "Alluxio master embedded journal",
