@@ -44,9 +44,10 @@ def test_the_cluster_hosts_drop_what_no_rule_accepts(host):
 def test_node_exporter_answers_the_monitoring_server_only(host):
     cluster, monitoring = topology()
     source = host.backend.get_hostname()
-    # The monitoring server reaches every host; no other host reaches the monitoring server's (compute
-    # nodes reach each other's on every port: the NCCL rule, so they are not probed here).
-    targets = cluster if source == monitoring else [monitoring]
+    # The monitoring server reaches every host, and a host outside the cluster reaches none. A cluster
+    # host reaches no node_exporter but its own; only the monitoring server's is probed from it, since
+    # compute nodes reach each other on every port (the NCCL rule).
+    targets = cluster if source == monitoring or source not in cluster else [monitoring]
     for target in targets:
         expected = "open" if source == monitoring else "timeout"
         assert probe.connect(host, address_of(target), NODE_EXPORTER) == expected, (
