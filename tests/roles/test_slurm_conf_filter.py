@@ -59,3 +59,18 @@ def test_only_the_removed_option_goes_and_order_is_kept(options, major, minor):
     gone = (major, minor) >= (23, 11)
     assert kept == [o for o in options if not (gone and o == "NoAddrCache")]
     assert bool(result["dropped"]) == (gone and "NoAddrCache" in options)
+
+
+@pytest.mark.parametrize(
+    "value,expected",
+    [
+        (["NoCtldInAddrAny", "NoInAddrAny"], ["NoCtldInAddrAny", "NoInAddrAny"]),
+        ("NoAddrCache,NoInAddrAny", ["NoAddrCache", "NoInAddrAny"]),
+        ("NoAddrCache", ["NoAddrCache"]),
+        ("", []),
+    ],
+)
+def test_options_as_a_list_whichever_way_they_are_given(value, expected):
+    # The role asks whether NoInAddrAny is among them (slurm_client_binds_by_name).
+    plugin = filter_plugins(REPO / "roles/slurm_client/filter_plugins/slurm_conf.py")
+    assert plugin["slurm_conf_options"](value) == expected

@@ -25,6 +25,7 @@ def release_tuple(version) -> tuple[int, ...]:
 
 
 def _options(value) -> list[str]:
+    """A comma-separated key's options, given as a list or as slurm.conf spells them (``A,B``)."""
     if isinstance(value, (list, tuple)):
         return [str(v) for v in value]
     return [v for v in str(value).split(",") if v != ""]
@@ -67,4 +68,4 @@ def slurm_conf_for_release(config, version, min_version=None, removed_in=None):
 
 class FilterModule:
     def filters(self):
-        return {"slurm_conf_for_release": slurm_conf_for_release}
+        return {"slurm_conf_for_release": slurm_conf_for_release, "slurm_conf_options": _options}
