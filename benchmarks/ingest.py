@@ -32,6 +32,7 @@ import itertools
 import json
 import os
 import shlex
+import ssl
 import sys
 import time
 import urllib.error
@@ -121,8 +122,10 @@ def cluster_ready() -> str | None:
 class Airflow:
     """The Airflow 3 REST API of the local cluster (token from the role's generated admin password)."""
 
-    def __init__(self, base_url: str, user: str, password: str) -> None:
+    def __init__(self, base_url: str, user: str, password: str, cafile: Path) -> None:
         self.base_url = base_url.rstrip("/")
+        # The API server's certificate is the host's, from the deploy's cluster CA (roles/pki).
+        self.tls = ssl.create_default_context(cafile=str(cafile))
         self.token = self._request(
             "POST", "/auth/token", {"username": user, "password": password}, auth=False
         )["access_token"]
@@ -134,7 +137,7 @@ class Airflow:
         if auth:
             req.add_header("Authorization", f"Bearer {self.token}")
         try:
-            with urllib.request.urlopen(req, timeout=60) as resp:
+            with urllib.request.urlopen(req, timeout=60, context=self.tls) as resp:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             raise RuntimeError(f"{method} {path}: HTTP {exc.code}: {exc.read()[:500]!r}") from None
@@ -258,7 +261,7 @@ def airflow_client() -> Airflow:
     address = in_container(CONTROLLER, "hostname -I").stdout.split()[0]
     secrets = REPO / "inventories" / "local" / ".secrets"
     password = (secrets / "airflow_admin").read_text().strip()
-    return Airflow(f"http://{address}:8080", "admin", password)
+    return Airflow(f"https://{address}:8080", "admin", password, secrets / "pki" / "ca.crt")
 
 
 AIRFLOW_UNITS = ("airflow-api-server", "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer")

@@ -45,7 +45,9 @@ def render(run_playbook, tmp_path):
     def _render(**extra):
         out = tmp_path / "out"
         out.mkdir(exist_ok=True)
-        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", {"out": str(out), **extra})
+        # The cluster network filters (megahour_cluster_address) come with the common role.
+        filters = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "common" / "filter_plugins")}
+        run_playbook(PLAYBOOK, tmp_path / "hosts.yml", {"out": str(out), **extra}, env=filters)
         cfg = configparser.ConfigParser(interpolation=None)
         cfg.read(out / "airflow.cfg")
         return cfg, yaml.safe_load((out / "ingest.yml").read_text()), out
@@ -74,12 +76,21 @@ def test_ingest_yml_user_keys_win_and_null_drops(render):
     assert ingest["landing"] == "/shared/landing"
 
 
-def test_airflow_cfg_local_executor_simple_auth_and_no_secrets(render):
+def test_airflow_cfg_local_executor_fab_https_and_no_secrets(render):
     cfg, _, out = render()
     assert cfg["core"]["executor"] == "LocalExecutor"
-    assert cfg["core"]["simple_auth_manager_users"] == "admin:admin"
-    assert cfg["core"]["execution_api_server_url"] == "http://10.88.0.5:8080/execution/"
+    # A production auth manager, not the simple one (development only, passwords in clear).
+    assert cfg["core"]["auth_manager"] == "airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager"
+    assert not [key for key in cfg["core"] if key.startswith("simple_auth_manager")]
+    # HTTPS everywhere the API is named, with the cluster CA as the task runners' only trust.
+    assert cfg["core"]["execution_api_server_url"] == "https://10.88.0.5:8080/execution/"
+    assert cfg["api"]["base_url"] == "https://10.88.0.5:8080"
     assert cfg["api"]["host"] == "10.88.0.5"
+    assert cfg["api"]["ssl_cert"] == "/var/lib/airflow/tls/host.crt"
+    assert cfg["api"]["ssl_key"] == "/var/lib/airflow/tls/host.key"
+    assert cfg["api"]["ssl_ca_file"] == "/usr/local/share/ca-certificates/megahour-cluster-ca.crt"
+    assert cfg["api"]["client_use_public_certs"] == "False"
+    assert cfg["fab"]["cookie_secure"] == "True"
     # Secrets are read from files by the *_cmd options, never written into airflow.cfg.
     for section, key in [
         ("database", "sql_alchemy_conn"),
@@ -91,9 +102,22 @@ def test_airflow_cfg_local_executor_simple_auth_and_no_secrets(render):
         assert cfg[section][f"{key}_cmd"].startswith("cat /var/lib/airflow/secrets/")
     unit = (out / "airflow-scheduler.service").read_text()
     assert "User=airflow" in unit
-    assert "ExecStart=/opt/airflow/venv/bin/airflow scheduler" in unit
     assert "After=network-online.target postgresql.service airflow-api-server.service" in unit
     assert "EnvironmentFile=-/var/lib/airflow/store.env" in unit
+    # The log servers listen on every interface in plain HTTP: off unless asked for.
+    assert "ExecStart=/opt/airflow/venv/bin/airflow scheduler --skip-serve-logs\n" in unit
+    assert (
+        "ExecStart=/opt/airflow/venv/bin/airflow api-server\n"
+        in (out / "airflow-api-server.service").read_text()
+    )
+
+
+def test_log_servers_on_when_asked(render):
+    _, _, out = render(airflow_serve_logs=True)
+    assert (
+        "ExecStart=/opt/airflow/venv/bin/airflow scheduler\n"
+        in (out / "airflow-scheduler.service").read_text()
+    )
 
 
 def test_the_object_store_environment_is_kept_out_of_airflow_cfg(render):

@@ -114,6 +114,9 @@ OLD_VALUES = {
 }
 
 
+FILTER_ROLES = ("alluxio", "common")
+
+
 @pytest.fixture
 def rendered(run, tmp_path):
     def _rendered(inventory_vars, extra=None):
@@ -133,7 +136,10 @@ def rendered(run, tmp_path):
                 "-e",
                 json.dumps({"out": str(out), **(extra or {})}),
             ],
-            env={"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles/alluxio/filter_plugins")},
+            # The alluxio role's filters, and the common role's cluster network ones (airflow's address).
+            env={
+                "ANSIBLE_FILTER_PLUGINS": ":".join(f"{REPO}/roles/{r}/filter_plugins" for r in FILTER_ROLES)
+            },
         )
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
         return json.loads(out.read_text())
