@@ -133,3 +133,35 @@ def test_a_source_that_is_no_address_or_a_host_without_one_is_an_error():
     services = [{"name": "x", "hosts": "cluster", "from": ["compute"], "ports": [1]}]
     with pytest.raises(FirewallError, match="no cluster address for gpu-2 of group compute; gather"):
         rules_for("ctl", services, GROUPS, {"ctl": "10.89.0.2", "gpu-1": "10.89.0.3"}, NAMED)
+
+
+OWNER_ONLY = [
+    {"name": "Alluxio RPC (master, journal, worker)", "ports": [19998, "19200", 29999], "owners": [961, 0]}
+]
+
+
+def test_owner_only_ports_are_refused_to_every_other_local_account(tmp_path):
+    text = ruleset(rules_for("gpu-1", SERVICES, GROUPS, ADDRESSES, NAMED), owner_only=OWNER_ONLY)
+    assert "type filter hook output priority filter; policy accept;" in text
+    match = "tcp dport { 19998, 19200, 29999 } meta skuid != { 0, 961 }"
+    assert f'    {match} reject with tcp reset comment "Alluxio RPC (master, journal, worker)"' in text
+    assert f"    {match} limit rate 10/minute burst 20 packets" in text
+    check = nft_check(text, tmp_path)
+    assert check.returncode == 0, check.stderr
+    # Without entries there is no output chain at all: nothing but the input chain changes.
+    assert "chain output" not in ruleset([])
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ({"ports": [1], "owners": [0]}, "has no name"),
+        ({"name": "x", "owners": [0]}, "'x' has no `ports`"),
+        ({"name": "x", "ports": [1]}, "`owners` must be a list of numeric uids"),
+        ({"name": "x", "ports": [1], "owners": ["alluxio"]}, "'alluxio' is not a numeric uid"),
+        ({"name": "x", "ports": ["x"], "owners": [0]}, "'x' is not a number"),
+    ],
+)
+def test_a_bad_owner_only_entry_is_refused_by_name_with_the_fix(entry, message):
+    with pytest.raises(FirewallError, match=message):
+        ruleset([], owner_only=[entry])

@@ -64,6 +64,10 @@ def test_each_host_opens_each_service_to_the_hosts_that_need_it_only(render, tmp
     assert gpu["Alluxio worker (RPC and data, web)"] == f"{EVERY} tcp dport {{ 29999, 30000 }}"
     assert gpu["srun step I/O"] == "{ 10.88.0.10, 10.88.0.11, 10.88.0.12 } tcp dport 60001-63000"
     assert gpu["ssh"] == "0.0.0.0/0 tcp dport 22"
+    # Alluxio's RPC (which trusts the user name a client sends) only for root and the alluxio account, on
+    # every host: jobs go through the signed S3 proxies.
+    owner_only = "tcp dport { 19998, 19200, 29999 } meta skuid != { 0, 961 } reject with tcp reset"
+    assert all(owner_only in text for text in rules.values())
     nft = shutil.which("nft") or "/usr/sbin/nft"
     for host, text in rules.items():
         path = tmp_path / f"{host}.nft"
@@ -116,6 +120,7 @@ def test_each_fallback_port_is_the_owning_roles_default():
         "warehouse_http_port": warehouse["warehouse_http_port"],
         "warehouse_tcp_port": warehouse["warehouse_tcp_port"],
         "airflow_api_port": role_defaults("airflow")["airflow_api_port"],
+        "alluxio_uid": role_defaults("alluxio")["alluxio_uid"],
     }
     got = {key: int(value) for key, value in fallbacks.items()}
     assert got == expected

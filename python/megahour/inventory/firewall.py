@@ -6,6 +6,10 @@ and ``ssh``) allowed to reach it; a group stands for its hosts' cluster addresse
 accepts exactly those, plus loopback, ICMP and replies, and drops the rest. Everything the ruleset holds
 lives in its own table (``inet megahour``), replaced in one transaction, so a vendor's own rules and
 podman's stay as they are. The firewall role renders it (roles/firewall); this module is its pure logic.
+
+Some ports are for some local accounts only (``OwnerOnly``): the output chain refuses a new connection to
+them from a process of any other account. Alluxio's RPC trusts the user name a client sends, so on a host
+where jobs run, only the Alluxio daemons (and root) may speak it; jobs use the signed S3 API instead.
 """
 
 from __future__ import annotations
@@ -66,6 +70,38 @@ def _port(where: str, value) -> str:
     if not (1 <= low <= high <= 65535):
         raise FirewallError(f"{where}: port {value!r} is outside 1-65535 or its range is reversed")
     return f"{low}-{high}" if high != low else str(low)
+
+
+@dataclass(frozen=True)
+class OwnerOnly:
+    """Ports (tcp, any destination) that only processes of ``owners`` (numeric uids) may connect to."""
+
+    name: str
+    ports: tuple[str, ...]
+    owners: tuple[int, ...]
+
+    @classmethod
+    def of(cls, entry: dict) -> OwnerOnly:
+        name = str(entry.get("name") or "")
+        if not name:
+            raise FirewallError(f"a firewall_owner_only entry has no name: {entry}; give each a name")
+        where = f"firewall_owner_only {name!r}"
+        raw = entry.get("ports")
+        raw = [raw] if isinstance(raw, (int, str)) else raw
+        if not raw:
+            raise FirewallError(f"{where} has no `ports`; list the ports only its owners may connect to")
+        owners = entry.get("owners")
+        if not isinstance(owners, list) or not owners:
+            raise FirewallError(f"{where}: `owners` must be a list of numeric uids (0 is root)")
+        uids = []
+        for owner in owners:
+            text = str(owner).strip()
+            # Numbers, not names: nft resolves a name when it loads the rules, and the account may not exist
+            # yet on a fresh host (the firewall runs before the roles that create it).
+            if not text.isdigit():
+                raise FirewallError(f"{where}: owner {owner!r} is not a numeric uid; give the account's uid")
+            uids.append(int(text))
+        return cls(name, tuple(_port(where, p) for p in raw), tuple(sorted(set(uids))))
 
 
 @dataclass(frozen=True)
@@ -136,8 +172,10 @@ def _comment(text: str) -> str:
     return re.sub(r'["\\\n]', " ", text)[:120]
 
 
-def ruleset(rules: list[Rule], *, log_drops: bool = True) -> str:
-    """nftables input for ``nft -f``: the table replaced whole, in one transaction."""
+def ruleset(rules: list[Rule], *, log_drops: bool = True, owner_only: list[dict] | None = None) -> str:
+    """nftables input for ``nft -f``: the table replaced whole, in one transaction. ``owner_only``: entries
+    of firewall_owner_only, each refused in the output chain to every local account but its owners."""
+    restricted = [OwnerOnly.of(e) for e in owner_only or []]
     lines = [
         f"# megahour's host firewall: table inet {TABLE}, replaced whole by each deploy (roles/firewall).",
         f"table inet {TABLE}",
@@ -165,5 +203,22 @@ def ruleset(rules: list[Rule], *, log_drops: bool = True) -> str:
         lines.append(
             '    limit rate 10/minute burst 20 packets log prefix "megahour-firewall drop: " level info'
         )
-    lines += ['    counter comment "dropped by policy"', "  }", "}", ""]
+    lines += ['    counter comment "dropped by policy"', "  }"]
+    if restricted:
+        lines += [
+            "  chain output {",
+            "    type filter hook output priority filter; policy accept;",
+            "    ct state established,related accept",
+        ]
+        for entry in restricted:
+            match = f"tcp dport {_set(entry.ports)} meta skuid != {_set(tuple(map(str, entry.owners)))}"
+            if log_drops:
+                lines.append(
+                    f"    {match} limit rate 10/minute burst 20 packets"
+                    ' log prefix "megahour-firewall owner-only: " level info'
+                )
+            # A reset, not a silent drop: the job's connect fails at once instead of after its timeout.
+            lines.append(f'    {match} reject with tcp reset comment "{_comment(entry.name)}"')
+        lines.append("  }")
+    lines += ["}", ""]
     return "\n".join(lines)

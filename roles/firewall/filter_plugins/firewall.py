@@ -2,7 +2,8 @@
 groups (``megahour.inventory.firewall`` on the control node).
 
     content: "{{ firewall_services | megahour_firewall_ruleset(inventory_hostname, firewall_groups,
-                 firewall_addresses, {'operators': [...], 'ssh': [...]}, firewall_log_drops) }}"
+                 firewall_addresses, {'operators': [...], 'ssh': [...]}, firewall_log_drops,
+                 firewall_owner_only) }}"
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 from ansible.errors import AnsibleFilterError
 
 
-def megahour_firewall_ruleset(services, host, groups, addresses, named, log_drops=True):
+def megahour_firewall_ruleset(services, host, groups, addresses, named, log_drops=True, owner_only=None):
     try:
         from megahour.inventory.firewall import FirewallError, rules_for, ruleset
     except ImportError as exc:
@@ -26,9 +27,9 @@ def megahour_firewall_ruleset(services, host, groups, addresses, named, log_drop
             {str(h): str(a) for h, a in dict(addresses).items()},
             {str(k): [str(v) for v in values] for k, values in dict(named).items()},
         )
+        return ruleset(rules, log_drops=bool(log_drops), owner_only=[dict(e) for e in owner_only or []])
     except FirewallError as exc:
         raise AnsibleFilterError(str(exc)) from None
-    return ruleset(rules, log_drops=bool(log_drops))
 
 
 class FilterModule:
