@@ -5,10 +5,19 @@ from __future__ import annotations
 import socket
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
 
 import pytest
 
-from megahour.delivery.client import CacheConfig, DeliveryError, HttpTransport, Worker, WorkerUnavailable
+from megahour.delivery.client import (
+    CacheConfig,
+    DeliveryError,
+    HttpTransport,
+    ProxyRefused,
+    Worker,
+    WorkerUnavailable,
+    proxy_credentials,
+)
 
 DATA = bytes(range(256)) * 64
 
@@ -71,3 +80,115 @@ def test_a_refused_proxy_is_unavailable_and_a_missing_object_is_an_error(server)
     live = HttpTransport(config_for(port))
     with pytest.raises(DeliveryError, match="answered 404: the object is not in the under-store"):
         live.proxy_get(Worker("w", f"http://127.0.0.1:{port}"), "bucket/missing.mcap", 0, 10)
+
+
+# -- signed reads (the proxies require AWS Signature V4: roles/alluxio) --------------------------------
+
+
+class SigningCheckHandler(BaseHTTPRequestHandler):
+    """Answers 206 when botocore's own SigV4 signer, given the request as received and the secret, computes
+    the signature the request carries (an independent check of what the transport sends), else 403 with the
+    S3 error body the Alluxio proxy sends."""
+
+    protocol_version = "HTTP/1.1"
+    secret = "proxy-Secret/7+x"
+    seen: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        from botocore.auth import S3SigV4Auth
+        from botocore.awsrequest import AWSRequest
+        from botocore.credentials import Credentials as BotoCredentials
+
+        received = self.headers.get("Authorization", "")
+        type(self).seen.append(received)
+        ok = False
+        if received.startswith("AWS4-HMAC-SHA256 Credential="):
+            access = received.split("Credential=", 1)[1].split("/", 1)[0]
+            request = AWSRequest(method="GET", url=f"http://{self.headers['Host']}{self.path}")
+            request.headers["x-amz-content-sha256"] = self.headers["x-amz-content-sha256"]
+            request.headers["x-amz-date"] = self.headers["x-amz-date"]
+            request.context["timestamp"] = self.headers["x-amz-date"]
+            auth = S3SigV4Auth(BotoCredentials(access, type(self).secret), "s3", "us-east-1")
+            expected = auth.signature(auth.string_to_sign(request, auth.canonical_request(request)), request)
+            ok = (
+                received.endswith(f"Signature={expected}")
+                and "SignedHeaders=host;x-amz-content-sha256;x-amz-date" in received
+            )
+        if not ok:
+            body = b"<Error><Code>InvalidIdentifier</Code></Error>"
+            self.send_response(403)
+        else:
+            first, last = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+            body = DATA[first : last + 1]
+            self.send_response(206)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def signing_server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), SigningCheckHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    SigningCheckHandler.seen = []
+    yield httpd
+    httpd.shutdown()
+
+
+def test_proxy_reads_are_signed_with_the_key_from_the_credentials_file(signing_server, tmp_path, monkeypatch):
+    import dataclasses
+
+    monkeypatch.delenv("MEGAHOUR_CACHE_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("MEGAHOUR_CACHE_SECRET_ACCESS_KEY", raising=False)
+    port = signing_server.server_address[1]
+    key = tmp_path / "cache.credentials"
+    key.write_text(f"access_key_id: megahour-cache\nsecret_access_key: {SigningCheckHandler.secret}\n")
+    config = dataclasses.replace(config_for(port), credentials_file=str(key))
+    worker = Worker("w", f"http://127.0.0.1:{port}")
+    # A key with characters that need encoding in the path, as episode keys may have.
+    assert HttpTransport(config).proxy_get(worker, "bucket/ep (1)+x.mcap", 5, 40) == DATA[5:45]
+    assert SigningCheckHandler.seen[-1].startswith("AWS4-HMAC-SHA256 Credential=megahour-cache/")
+
+    # The wrong secret is refused: a ProxyRefused naming the key and the proxy's code, not a dead worker
+    # (which would send every read to the under-store and hide the mistake).
+    key.write_text("access_key_id: megahour-cache\nsecret_access_key: not-it\n")
+    with pytest.raises(
+        ProxyRefused, match=r"refused the read \(InvalidIdentifier\) signed with key megahour-cache"
+    ):
+        HttpTransport(config).proxy_get(worker, "bucket/a.mcap", 0, 10)
+
+    # The environment's key wins over the file's.
+    monkeypatch.setenv("MEGAHOUR_CACHE_ACCESS_KEY_ID", "lab-job")
+    monkeypatch.setenv("MEGAHOUR_CACHE_SECRET_ACCESS_KEY", SigningCheckHandler.secret)
+    assert HttpTransport(config).proxy_get(worker, "bucket/a.mcap", 0, 10) == DATA[:10]
+    assert SigningCheckHandler.seen[-1].startswith("AWS4-HMAC-SHA256 Credential=lab-job/")
+
+
+def test_an_unreadable_or_missing_credentials_file_names_the_fix(tmp_path, monkeypatch):
+    import dataclasses
+    import os
+
+    monkeypatch.delenv("MEGAHOUR_CACHE_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("MEGAHOUR_CACHE_SECRET_ACCESS_KEY", raising=False)
+    config = dataclasses.replace(config_for(1), credentials_file=str(tmp_path / "absent"))
+    with pytest.raises(DeliveryError, match="does not exist: deploy the cache tier again"):
+        proxy_credentials(config)
+    locked = tmp_path / "locked"
+    locked.write_text("access_key_id: a\nsecret_access_key: b\n")
+    locked.chmod(0)
+    if os.geteuid() != 0:  # root reads any file
+        with pytest.raises(DeliveryError, match=r"permission denied; .* add this user to it"):
+            proxy_credentials(dataclasses.replace(config, credentials_file=str(locked)))
+    (tmp_path / "bad").write_text("just text\n")
+    with pytest.raises(DeliveryError, match="expected access_key_id and secret_access_key"):
+        proxy_credentials(dataclasses.replace(config, credentials_file=str(tmp_path / "bad")))
+    monkeypatch.setenv("MEGAHOUR_CACHE_ACCESS_KEY_ID", "only-half")
+    with pytest.raises(DeliveryError, match="set both"):
+        proxy_credentials(config)
+    # No file named, no environment: unsigned requests (proxies without authentication).
+    monkeypatch.delenv("MEGAHOUR_CACHE_ACCESS_KEY_ID")
+    assert proxy_credentials(config_for(1)) is None

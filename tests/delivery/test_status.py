@@ -82,3 +82,34 @@ def test_an_unreachable_master_is_an_error_naming_the_service() -> None:
         DeliveryError, match=r"master at http://10.89.0.55:19999 did not answer.*alluxio-master"
     ):
         status.collect(CONFIG, refuse)
+
+
+def test_each_proxy_is_asked_with_this_clients_key_and_a_refusal_fails_the_status(
+    monkeypatch, capsys
+) -> None:
+    from megahour.cli import main
+
+    answers = {"gpu-1": "ok", "gpu-2": "refused: 403 InvalidIdentifier"}
+    asked = []
+
+    def check(worker):
+        asked.append(worker.name)
+        return answers[worker.name]
+
+    def metrics(url: str, timeout: float) -> dict:
+        if url.endswith("/api/v1/master/info"):
+            return load("master-info.json")
+        return load("worker-gpu-1-metrics.json")
+
+    report = status.collect(CONFIG, metrics, check)
+    assert asked == ["gpu-1", "gpu-2"]
+    assert [w.proxy for w in report.workers] == ["ok", "refused: 403 InvalidIdentifier"]
+    assert (
+        not report.proxies_ok and report.to_dict()["workers"][1]["proxy"] == "refused: 403 InvalidIdentifier"
+    )
+    # Every worker active, one proxy refusing: `megahour cache status` exits 1 and shows why.
+    monkeypatch.setattr(status.CacheConfig, "load", classmethod(lambda cls, _path: CONFIG))
+    monkeypatch.setattr(status, "collect", lambda _config: report)
+    assert report.active == len(report.workers)
+    assert main(["cache", "status", "--config", "cache.yml"]) == 1
+    assert "InvalidIdentifier" in capsys.readouterr().out

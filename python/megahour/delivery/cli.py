@@ -230,14 +230,26 @@ def _cmd_status(args: argparse.Namespace, console: Console) -> int:
                 "-" if w.pages is None else str(w.pages),
                 "-" if w.cache_bytes_read is None else str(w.cache_bytes_read),
                 "-" if w.ufs_bytes_read is None else str(w.ufs_bytes_read),
+                w.proxy,
             )
             for w in report.workers
         ]
-        columns = ("worker", "address", "state", "used", "capacity", "pages", "hit bytes", "miss bytes")
+        columns = (
+            "worker",
+            "address",
+            "state",
+            "used",
+            "capacity",
+            "pages",
+            "hit bytes",
+            "miss bytes",
+            "proxy",
+        )
         console.print(
             cliutil.table(columns, rows, title=f"Alluxio {report.version} cache, master {report.master}")
         )
         ratio = report.hit_ratio
         console.print(f"hit ratio: {'no reads yet' if ratio is None else f'{ratio:.3f}'}", highlight=False)
-    # Fail closed: a worker the master does not count as active is a problem to see in scripts too.
-    return 0 if report.active == len(report.workers) else 1
+    # Fail closed: a worker the master does not count as active, or a proxy that does not serve this
+    # client's key, is a problem to see in scripts too.
+    return 0 if report.active == len(report.workers) and report.proxies_ok else 1

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import http.client
 import os
+import re
 import threading
 import time
 import urllib.parse
@@ -32,6 +33,9 @@ from megahour.delivery.ownership import Ring
 from megahour.delivery.pages import DEFAULT_PAGE_SIZE, Geometry, Piece, pieces
 
 DEFAULT_CONFIG = Path("/etc/megahour/cache.yml")
+# The proxies' key for this client, when not from the credentials file (a lab's own job, a test).
+ACCESS_KEY_ENV = "MEGAHOUR_CACHE_ACCESS_KEY_ID"
+SECRET_KEY_ENV = "MEGAHOUR_CACHE_SECRET_ACCESS_KEY"
 # A worker that does not accept a connection in this long is down: a powered-off node never refuses,
 # and waiting the whole read timeout on each new connection to it would stall every reader.
 CONNECT_TIMEOUT_S = 2.0
@@ -72,6 +76,9 @@ class CacheConfig:
     # The other way round: the s3:// bucket URL that serves root_ufs's directory (the local cluster's
     # store), so episodes stored through the bucket map to the same cached objects; empty otherwise.
     store_root: str = ""
+    # The file with the key this client signs its proxy requests with (access_key_id, secret_access_key;
+    # 0640, roles/alluxio), or empty where the proxies take unsigned requests.
+    credentials_file: str = ""
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "cache config") -> CacheConfig:
@@ -90,6 +97,7 @@ class CacheConfig:
                 worker_web_port=int(data.get("worker_web_port", 30000)),
                 local_root=str(data.get("local_root", "") or "").rstrip("/"),
                 store_root=str(data.get("store_root", "") or "").rstrip("/"),
+                credentials_file=str(data.get("credentials_file", "") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeliveryError(
@@ -124,6 +132,7 @@ class CacheConfig:
             "worker_web_port": self.worker_web_port,
             "local_root": self.local_root,
             "store_root": self.store_root,
+            "credentials_file": self.credentials_file,
         }
 
     def save(self, path: str | Path) -> None:
@@ -149,6 +158,47 @@ class CacheConfig:
                 f"{storage_uri}: an object must lie in a directory below {self.root_ufs} (its S3 bucket)"
             )
         return key
+
+
+def proxy_credentials(config: CacheConfig, environ: dict[str, str] | None = None):
+    """The key the proxies' S3 API is signed with: MEGAHOUR_CACHE_ACCESS_KEY_ID and
+    MEGAHOUR_CACHE_SECRET_ACCESS_KEY when both are set, else the config's credentials file; None when the
+    config names none (proxies that take unsigned requests)."""
+    from megahour.objectstore.sigv4 import Credentials
+
+    env = os.environ if environ is None else environ
+    access, secret = env.get(ACCESS_KEY_ENV, ""), env.get(SECRET_KEY_ENV, "")
+    if access and secret:
+        return Credentials(access, secret)
+    if access or secret:
+        raise DeliveryError(
+            f"set both {ACCESS_KEY_ENV} and {SECRET_KEY_ENV}, or neither (the credentials file)"
+        )
+    if not config.credentials_file:
+        return None
+    path = Path(config.credentials_file)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except PermissionError:
+        raise DeliveryError(
+            f"{path}: permission denied; the cache's key is readable by root and the group the deploy names "
+            "(alluxio_client_group, `megahour` by default): add this user to it, or set "
+            f"{ACCESS_KEY_ENV} and {SECRET_KEY_ENV}"
+        ) from None
+    except FileNotFoundError:
+        raise DeliveryError(
+            f"{path} does not exist: deploy the cache tier again (roles/alluxio writes it), or set "
+            f"{ACCESS_KEY_ENV} and {SECRET_KEY_ENV}"
+        ) from None
+    except (OSError, yaml.YAMLError) as exc:
+        raise DeliveryError(f"{path}: cannot read the cache's key ({type(exc).__name__})") from None
+    if not isinstance(data, dict) or not data.get("access_key_id") or not data.get("secret_access_key"):
+        raise DeliveryError(f"{path}: expected access_key_id and secret_access_key (roles/alluxio writes it)")
+    return Credentials(str(data["access_key_id"]), str(data["secret_access_key"]))
+
+
+class ProxyRefused(DeliveryError):
+    """A proxy refused a request (403): the key, its permissions or the clock is wrong, not the worker."""
 
 
 class Transport(Protocol):
@@ -279,6 +329,17 @@ class HttpTransport:
     def __init__(self, config: CacheConfig) -> None:
         self.config = config
         self._local = threading.local()
+        self._credentials = None
+        self._credentials_loaded = False
+        self._credentials_lock = threading.Lock()
+
+    def credentials(self):
+        """The proxies' key, read once (None: unsigned requests)."""
+        with self._credentials_lock:
+            if not self._credentials_loaded:
+                self._credentials = proxy_credentials(self.config)
+                self._credentials_loaded = True
+            return self._credentials
 
     def _connection(self, base_url: str) -> tuple[http.client.HTTPConnection, str]:
         parts = urllib.parse.urlsplit(base_url)
@@ -304,13 +365,26 @@ class HttpTransport:
         if conn is not None:
             conn.close()
 
-    def _ranged_get(self, base_url: str, path: str, offset: int, length: int) -> tuple[int, bytes]:
-        headers = {"Range": f"bytes={offset}-{offset + length - 1}"}
+    def _ranged_get(
+        self, base_url: str, path: str, offset: int, length: int, *, signed: bool = False
+    ) -> tuple[int, bytes]:
+        return self._get(base_url, path, {"Range": f"bytes={offset}-{offset + length - 1}"}, signed=signed)
+
+    def _get(self, base_url: str, path: str, extra: dict[str, str], *, signed: bool) -> tuple[int, bytes]:
+        credentials = self.credentials() if signed else None
         for attempt in (1, 2):
             conn, prefix = self._connection(base_url)
             reused = conn.sock is not None
+            target = urllib.parse.quote(f"{prefix}/{path}")
+            headers = dict(extra)
+            if credentials is not None:
+                from megahour.objectstore import sigv4
+
+                # Signed per request (a retry too): the signature carries the time, which the proxy checks.
+                host = urllib.parse.urlsplit(base_url).netloc
+                headers.update(sigv4.sign("GET", host, target, credentials=credentials))
             try:
-                conn.request("GET", urllib.parse.quote(f"{prefix}/{path}"), headers=headers)
+                conn.request("GET", target, headers=headers)
                 response = conn.getresponse()
                 return response.status, response.read()
             except (OSError, http.client.HTTPException) as exc:
@@ -328,11 +402,14 @@ class HttpTransport:
         if length == 0:
             return b""
         try:
-            status, data = self._ranged_get(f"{worker.proxy_url}/api/v1/s3", key, offset, length)
+            status, data = self._ranged_get(f"{worker.proxy_url}/api/v1/s3", key, offset, length, signed=True)
         except (OSError, http.client.HTTPException) as exc:
             raise WorkerUnavailable(f"worker {worker.name} ({worker.proxy_url}): {exc!r}") from None
         if status in (200, 206):
             return _ranged_body(status, data, offset, length)
+        if status == 403:
+            # Not the worker's failure: every proxy would answer the same, and the under-store would hide it.
+            raise ProxyRefused(refusal(worker, key, data, self.credentials()))
         if status == 404:
             raise DeliveryError(
                 f"{key}: worker {worker.name}'s proxy answered 404: the object is not in the under-store "
@@ -340,6 +417,17 @@ class HttpTransport:
             )
         # 5xx (and anything unexpected) means this worker cannot serve now; the under-store can.
         raise WorkerUnavailable(f"worker {worker.name} answered {status}: {data[:200]!r}")
+
+    def proxy_check(self, worker: Worker) -> str:
+        """``ok`` when the worker's proxy lists its buckets for this client's key; else what went wrong."""
+        try:
+            status, body = self._get(f"{worker.proxy_url}/api/v1/s3", "", {}, signed=True)
+        except (OSError, http.client.HTTPException) as exc:
+            return f"down: {exc!r}"
+        if status == 200:
+            return "ok"
+        code = re.search(rb"<Code>([^<]{1,64})</Code>", body)
+        return f"refused: {status} {code[1].decode(errors='replace') if code else ''}".rstrip()
 
     def under_store_get(self, key: str, offset: int, length: int) -> bytes:
         if length == 0:
@@ -392,6 +480,19 @@ class HttpTransport:
             raise DeliveryError(f"{root}/{key}: not in the under-store (a stale manifest?)") from None
         except (store.StoreError, ValueError) as exc:  # ValueError: a bad location or credential setting
             raise DeliveryError(f"{key}: the under-store failed a range read: {exc}") from None
+
+
+def refusal(worker: Worker, key: str, body: bytes, credentials) -> str:
+    """One line on a 403 from a proxy: what it said, with whose key, and what to check."""
+    code = re.search(rb"<Code>([^<]{1,64})</Code>", body)
+    said = code[1].decode(errors="replace") if code else f"{body[:120]!r}"
+    who = f"key {credentials.access_key_id}" if credentials else "no key (an unsigned request)"
+    return (
+        f"{key}: worker {worker.name}'s S3 proxy refused the read ({said}) signed with {who}: check the "
+        "key is one of the proxies' (alluxio_s3_credentials, or the generated one in the cache credentials "
+        "file), that the clocks agree within 15 minutes, and that the key's user may read the file in the "
+        "under-store"
+    )
 
 
 def _s3_root(root_ufs: str) -> str | None:

@@ -17,7 +17,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from megahour.delivery.client import CacheConfig, DeliveryError
+from megahour.delivery.client import CacheConfig, DeliveryError, HttpTransport, Worker
 
 
 @dataclass(frozen=True)
@@ -30,6 +30,8 @@ class WorkerStatus:
     cache_bytes_read: int | None  # None: its metrics could not be read
     ufs_bytes_read: int | None
     pages: int | None
+    # Its node's S3 proxy, asked with this client's key: ok, refused: <status> <code>, or down: <why>.
+    proxy: str = "unchecked"
 
 
 @dataclass(frozen=True)
@@ -54,6 +56,10 @@ class CacheStatus:
     def hit_ratio(self) -> float | None:
         total = self.cache_bytes_read + self.ufs_bytes_read
         return self.cache_bytes_read / total if total else None
+
+    @property
+    def proxies_ok(self) -> bool:
+        return all(w.proxy == "ok" for w in self.workers)
 
     def to_dict(self) -> dict:
         return {
@@ -80,7 +86,11 @@ def worker_counters(metrics: dict) -> tuple[int, int, int]:
 
 
 def summarize(
-    config: CacheConfig, master_url: str, master_info: dict, worker_metrics: dict[str, dict | None]
+    config: CacheConfig,
+    master_url: str,
+    master_info: dict,
+    worker_metrics: dict[str, dict | None],
+    proxies: dict[str, str] | None = None,
 ) -> CacheStatus:
     """Join the master's view with each configured worker's counters (pure: tested on real outputs)."""
     by_host: dict[str, tuple[str, dict]] = {}
@@ -103,6 +113,7 @@ def summarize(
                 cache_bytes_read=cache,
                 ufs_bytes_read=ufs,
                 pages=pages,
+                proxy=(proxies or {}).get(worker.name, "unchecked"),
             )
         )
     return CacheStatus(master=master_url, version=str(master_info.get("version", "")), workers=out)
@@ -130,7 +141,13 @@ def _get_json(url: str, timeout: float) -> dict:
         return json.loads(response.read())
 
 
-def collect(config: CacheConfig, get_json: Callable[[str, float], dict] = _get_json) -> CacheStatus:
+def collect(
+    config: CacheConfig,
+    get_json: Callable[[str, float], dict] = _get_json,
+    check_proxy: Callable[[Worker], str] | None = None,
+) -> CacheStatus:
+    """The master's and workers' view, and each proxy asked with this client's key (``check_proxy``:
+    ``HttpTransport.proxy_check`` unless given)."""
     if not config.master_url:
         raise DeliveryError("the cache config has no master_url: deploy roles/alluxio again")
     try:
@@ -148,4 +165,7 @@ def collect(config: CacheConfig, get_json: Callable[[str, float], dict] = _get_j
             metrics[worker.name] = get_json(url, config.timeout_s)
         except (OSError, urllib.error.URLError, ValueError):
             metrics[worker.name] = None  # down: reported as such, never guessed
-    return summarize(config, config.master_url, info, metrics)
+    if check_proxy is None:
+        check_proxy = HttpTransport(config).proxy_check
+    proxies = {worker.name: check_proxy(worker) for worker in config.workers}
+    return summarize(config, config.master_url, info, metrics, proxies)
