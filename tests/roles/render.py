@@ -17,7 +17,7 @@ def render_playbook(
     playbook: Path,
     addresses: dict[str, str],
     groups: dict[str, list[str]],
-    filter_plugins: Path,
+    filter_plugins: Path | list[Path],
     extra: dict,
 ) -> Path:
     """Run `playbook` for `addresses`' hosts (each with `test_address`) in `groups`, with `extra` as -e;
@@ -41,7 +41,11 @@ def render_playbook(
     args = [tool("ansible-playbook"), "-i", str(tmp_path / "hosts.yml"), str(playbook)]
     proc = run(
         [*args, "-e", json.dumps({"out": str(out), **extra})],
-        env={"ANSIBLE_FILTER_PLUGINS": str(filter_plugins)},
+        env={
+            "ANSIBLE_FILTER_PLUGINS": ":".join(
+                map(str, filter_plugins if isinstance(filter_plugins, list) else [filter_plugins])
+            )
+        },
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr
     return out

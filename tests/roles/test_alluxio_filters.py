@@ -37,13 +37,33 @@ def test_the_distribution_is_named_by_version_and_artifact_list(f):
 
 
 def test_the_classpath_has_the_server_jar_only_from_the_official_tarball(f):
+    # megahour's own jars (the S3 authenticator) come last, after Alluxio's.
     assert (
         f["alluxio_classpath"]("/etc/alluxio", "/opt/alluxio", "2.9.6")
-        == "/etc/alluxio:/opt/alluxio/current/lib/*"
+        == "/etc/alluxio:/opt/alluxio/current/lib/*:/opt/alluxio/ext/*"
     )
     assert f["alluxio_classpath"]("/etc/alluxio", "/opt/alluxio", "2.9.6", "/x/y.tar.gz") == (
         "/etc/alluxio:/opt/alluxio/current/assembly/alluxio-server-2.9.6.jar:/opt/alluxio/current/lib/*"
+        ":/opt/alluxio/ext/*"
     )
+
+
+def test_the_authenticators_digest_follows_its_sources_not_its_build_output(f, tmp_path):
+    (tmp_path / "src" / "io").mkdir(parents=True)
+    (tmp_path / "pom.xml").write_text("<project/>")
+    (tmp_path / "src" / "io" / "A.java").write_text("class A {}")
+    first = f["alluxio_tree_digest"](str(tmp_path))
+    assert len(first) == 12
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "a.jar").write_bytes(b"jar")
+    assert f["alluxio_tree_digest"](str(tmp_path)) == first
+    (tmp_path / "src" / "io" / "A.java").write_text("class A { }")
+    assert f["alluxio_tree_digest"](str(tmp_path)) != first
+    # A file moved to another name is another tree.
+    (tmp_path / "src" / "io" / "A.java").rename(tmp_path / "src" / "B.java")
+    assert f["alluxio_tree_digest"](str(tmp_path)) not in (first,)
+    with pytest.raises(AnsibleFilterError, match="is not a directory"):
+        f["alluxio_tree_digest"](str(tmp_path / "missing"))
 
 
 @pytest.mark.parametrize(

@@ -8,7 +8,8 @@ from tests.roles.render import render_playbook
 pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_alluxio.yml"
 # The role's vars call its filters; the render playbook loads the role's files, not the role.
-FILTERS = REPO / "roles" / "alluxio" / "filter_plugins"
+# The role's own filters, and the common role's cluster network ones (every address is a cluster address).
+FILTERS = [REPO / "roles" / "alluxio" / "filter_plugins", REPO / "roles" / "common" / "filter_plugins"]
 
 
 def properties(text: str) -> dict[str, str]:
@@ -83,3 +84,30 @@ def test_proxy_access_log_is_quiet_by_default(render):
         {"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_proxy_access_log_level="info"
     )
     assert log4j2["logger.proxyaccess.level"] == "info"
+
+
+def test_authenticated_permission_checked_and_bound_to_the_cluster_address(render):
+    # The audit found NOSASL, permissions off and every port on every interface (issue 25).
+    site, _ = render({"cluster": ["ctl", "gpu-1"], "controller": ["ctl"], "compute": ["gpu-1"]})
+    assert site["alluxio.security.authentication.type"] == "SIMPLE"
+    assert site["alluxio.security.authorization.permission.enabled"] == "true"
+    assert site["alluxio.security.authorization.permission.supergroup"] == "alluxio"
+    assert site["alluxio.s3.rest.authentication.enabled"] == "true"
+    assert site["alluxio.s3.rest.authenticator.classname"] == "io.megahour.alluxio.SigV4Authenticator"
+    address = site["alluxio.worker.hostname"]
+    assert address.startswith("10.88.0.")
+    for key in (
+        "alluxio.master.bind.host",
+        "alluxio.master.web.bind.host",
+        "alluxio.master.embedded.journal.ratis.config.raft.grpc.server.host",
+        "alluxio.worker.bind.host",
+        "alluxio.worker.web.bind.host",
+        "alluxio.proxy.web.bind.host",
+    ):
+        assert site[key] == address, key
+    # Switched off, the proxies take any request again (PassAllAuthenticator), as Alluxio ships.
+    off, _ = render(
+        {"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_s3_authentication=False
+    )
+    assert off["alluxio.s3.rest.authentication.enabled"] == "false"
+    assert off["alluxio.s3.rest.authenticator.classname"] == "alluxio.proxy.s3.auth.PassAllAuthenticator"

@@ -7,11 +7,13 @@
 - ``alluxio_ha_site``: the embedded-journal and RPC address lists of three or more masters.
 - ``alluxio_worker_site``: a worker's page-store directories and sizes.
 - ``alluxio_site_properties``: settings combined left to right, a key set to None dropped.
+- ``alluxio_tree_digest``: a digest of a source tree (the S3 authenticator's), so its jar is built once each.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import posixpath
 from collections.abc import Mapping, Sequence
 
@@ -31,11 +33,28 @@ def alluxio_dist_name(version: str, artifacts: Sequence[str], release_tarball: s
 
 
 def alluxio_classpath(conf_dir: str, prefix: str, version: str, release_tarball: str = "") -> str:
-    """The configuration directory, then the jars of ``<prefix>/current``."""
+    """The configuration directory, the jars of ``<prefix>/current``, then megahour's own (``<prefix>/ext``:
+    the S3 authenticator), which Alluxio's jars never shadow."""
     current = f"{prefix}/current"
     if release_tarball:
-        return f"{conf_dir}:{current}/assembly/alluxio-server-{version}.jar:{current}/lib/*"
-    return f"{conf_dir}:{current}/lib/*"
+        return f"{conf_dir}:{current}/assembly/alluxio-server-{version}.jar:{current}/lib/*:{prefix}/ext/*"
+    return f"{conf_dir}:{current}/lib/*:{prefix}/ext/*"
+
+
+def alluxio_tree_digest(path: str, skip: Sequence[str] = ("target",)) -> str:
+    """The first 12 hex digits of a SHA-256 over every file below ``path`` (relative name and content, in
+    name order), leaving out the folders named in ``skip`` (build output)."""
+    if not os.path.isdir(path):
+        raise AnsibleFilterError(f"{path} is not a directory (the S3 authenticator's sources)")
+    digest = hashlib.sha256()
+    for root, dirs, files in os.walk(path):
+        dirs[:] = sorted(d for d in dirs if d not in skip)
+        for name in sorted(files):
+            full = os.path.join(root, name)
+            digest.update(os.path.relpath(full, path).encode() + b"\0")
+            with open(full, "rb") as handle:
+                digest.update(hashlib.sha256(handle.read()).digest())
+    return digest.hexdigest()[:12]
 
 
 def alluxio_roles(
@@ -98,4 +117,5 @@ class FilterModule:
             "alluxio_ha_site": alluxio_ha_site,
             "alluxio_worker_site": alluxio_worker_site,
             "alluxio_site_properties": alluxio_site_properties,
+            "alluxio_tree_digest": alluxio_tree_digest,
         }
