@@ -24,6 +24,7 @@ SECRETS = {
     "airflow_fernet_key": "A" * 43,  # the role appends "="
     "monitoring_admin_password": "mon-admin-Secret-8",
     "monitoring_prometheus_password": "mon-prom-Secret-9",
+    "alluxio_s3_megahour-cache": "cache-Secret-10",
 }
 
 
@@ -72,6 +73,7 @@ def test_the_vault_file_holds_every_generated_secret_encrypted(inventory, capsys
             "fernet_key": "A" * 43 + "=",
         },
         "monitoring_passwords": {"admin": "mon-admin-Secret-8", "prometheus": "mon-prom-Secret-9"},
+        "alluxio_s3_credentials": {"megahour-cache": "cache-Secret-10"},
     }
     # A second run does not overwrite it; a wrong password does not decrypt it.
     assert cli.main(args) == 1
@@ -129,6 +131,7 @@ def test_a_deploy_takes_the_secrets_from_the_vault_and_generates_none(inventory,
     assert got["slurmdbd"] == "slurmdb-Secret-1"
     assert got["airflow"]["admin"] == "af-admin-Secret-4" and got["airflow"]["fernet_key"] == "A" * 43 + "="
     assert got["monitoring"] == {"admin": "mon-admin-Secret-8", "prometheus": "mon-prom-Secret-9"}
+    assert got["alluxio"] == {"megahour-cache": "cache-Secret-10"}
     assert list((inventory / ".secrets").iterdir()) == []  # nothing was generated
     run = next((tmp_path / "runs").iterdir())
     assert not any(value in (run / "stdout").read_text() for value in SECRETS.values())

@@ -15,7 +15,9 @@ import yaml
 from tests.conftest import REPO
 
 ROLES = REPO / "roles"
-SECRET_NAME = re.compile(r"password|passwd|secret|token|webhook_url|_key\b|api_key|credential", re.IGNORECASE)
+SECRET_NAME = re.compile(
+    r"password|passwd|secret|token|webhook_url|_keys?\b|api_key|credential", re.IGNORECASE
+)
 # Where a secret is, not what it is (warehouse_client_password_file names the file that holds it).
 NOT_A_SECRET = re.compile(r"_(file|path|dir|group|user)$")
 # Templates whose secrets come in through a mapping, not a secret-named variable.
@@ -70,6 +72,8 @@ def test_the_scan_finds_the_known_secret_files():
         "s3proxy",
         "alluxio-site",
         "store's environment",
+        "S3 proxy's keys",
+        "loader's key for the S3 proxies",
     ):
         assert expected in names, expected
 

@@ -6,9 +6,9 @@ plain file under ``<inventory>/.secrets/`` (``megahour_secrets_dir``). That dire
 committed, and a second control node does not have it. This command writes
 ``<inventory>/group_vars/all/vault.yml``, encrypted with the given vault password, holding
 ``slurm_controller_db_password``, ``warehouse_passwords``, ``airflow_passwords``,
-``monitoring_passwords`` and ``local_store_secret_key`` as the roles expect them; a deploy with
-``--vault-password-file`` then uses those and generates nothing. The ``.secrets/`` files are left in
-place (remove them once a deploy with the vault has passed).
+``monitoring_passwords``, ``alluxio_s3_credentials`` and ``local_store_secret_key`` as the roles expect
+them; a deploy with ``--vault-password-file`` then uses those and generates nothing. The ``.secrets/``
+files are left in place (remove them once a deploy with the vault has passed).
 
 Pure mapping (``plan``) apart from the Ansible Vault I/O (``encrypt``, ``decrypt``).
 """
@@ -32,6 +32,8 @@ _PATTERNS = (
     (re.compile(r"warehouse_(?P<key>[A-Za-z0-9_]+)_password"), "warehouse_passwords"),
     (re.compile(r"airflow_(?P<key>db|admin|jwt_secret|api_secret_key|fernet_key)"), "airflow_passwords"),
     (re.compile(r"monitoring_(?P<key>admin|prometheus)_password"), "monitoring_passwords"),
+    # The cache proxies' keys by access key id (the loader's, megahour-cache, is the generated one).
+    (re.compile(r"alluxio_s3_(?P<key>[A-Za-z0-9._-]+)"), "alluxio_s3_credentials"),
 )
 # Folders of files the roles read by path, not as variables: kept, and named in the report.
 _FOLDERS = {"pki": "the cluster CA's key and certificate (files the pki role reads): back the folder up"}
