@@ -71,6 +71,64 @@ except OSError as exc:  # no route, or a name that does not resolve: say so, not
 """
 
 
-def connect(host, target: str, port: int, timeout: float = 3.0) -> str:
-    """From ``host``, how a connection to ``target``:``port`` ends: open, refused or timeout."""
-    return host.check_output(shlex.join(["python3", "-c", _CONNECT, target, str(port), str(timeout)])).strip()
+def connect(host, target: str, port: int, timeout: float = 3.0, user: str = "") -> str:
+    """From ``host`` (as ``user``, root when empty), how a connection to ``target``:``port`` ends: open,
+    refused or timeout."""
+    command = ["python3", "-c", _CONNECT, target, str(port), str(timeout)]
+    if user:
+        command = ["runuser", "-u", user, "--", *command]
+    return host.check_output(shlex.join(command)).strip()
+
+
+# Sends S3 requests to a cache proxy from the host, with megahour's own signer and the loader's key as the
+# node has them (/etc/megahour/cache.yml and its credentials file), and prints each answer's status and S3
+# error code as JSON. A step is METHOD PATH KEY, KEY being right (the loader's), wrong (its id, another
+# secret) or none (unsigned).
+_S3 = r"""
+import http.client, json, re, sys
+from megahour.delivery.client import CacheConfig, proxy_credentials
+from megahour.objectstore import sigv4
+address, port = sys.argv[1], int(sys.argv[2])
+right = proxy_credentials(CacheConfig.load())
+keys = {"right": right, "wrong": sigv4.Credentials(right.access_key_id, "not-the-secret"), "none": None}
+out = []
+for step in sys.argv[3:]:
+    method, path, key = step.split(" ")
+    headers = {}
+    if keys[key] is not None:
+        headers.update(sigv4.sign(method, f"{address}:{port}", path, credentials=keys[key]))
+    conn = http.client.HTTPConnection(address, port, timeout=20)
+    conn.request(method, path, body=b"x" if method == "PUT" else None, headers=headers)
+    response = conn.getresponse()
+    body = response.read()
+    code = re.search(rb"<Code>([^<]+)</Code>", body)
+    out.append({"status": response.status, "code": code[1].decode() if code else "", "bytes": len(body)})
+print(json.dumps(out))
+"""
+RUNTIME_PYTHON = "/opt/megahour/venv/bin/python"
+
+
+def s3(host, address: str, port: int, steps: list[str]) -> list[dict]:
+    """Each step (``GET /api/v1/s3/ right``) sent to the proxy at address:port from ``host``."""
+    return json.loads(host.check_output(shlex.join([RUNTIME_PYTHON, "-c", _S3, address, str(port), *steps])))
+
+
+# Prints the HTTP status of one JSON POST (0 when no HTTP answer came).
+_POST = r"""
+import json, ssl, sys, urllib.error, urllib.request
+url, body, cafile = sys.argv[1], sys.argv[2].encode(), sys.argv[3]
+request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"}, method="POST")
+try:
+    with urllib.request.urlopen(request, context=ssl.create_default_context(cafile=cafile), timeout=20) as r:
+        print(json.dumps({"status": r.status}))
+except urllib.error.HTTPError as exc:
+    print(json.dumps({"status": exc.code}))
+except (urllib.error.URLError, OSError) as exc:
+    print(json.dumps({"status": 0, "error": str(getattr(exc, "reason", exc))}))
+"""
+
+
+def post_json(host, url: str, body: dict, cafile: str = CLUSTER_CA) -> dict:
+    """{"status": ...} of one HTTPS POST of ``body`` as JSON, from ``host``. The body travels in the
+    command line inside the container: only for probe credentials, never a real deployment's."""
+    return json.loads(host.check_output(shlex.join(["python3", "-c", _POST, url, json.dumps(body), cafile])))
