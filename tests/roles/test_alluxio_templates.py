@@ -111,3 +111,12 @@ def test_authenticated_permission_checked_and_bound_to_the_cluster_address(rende
     )
     assert off["alluxio.s3.rest.authentication.enabled"] == "false"
     assert off["alluxio.s3.rest.authenticator.classname"] == "alluxio.proxy.s3.auth.PassAllAuthenticator"
+
+
+def test_an_s3_roots_objects_are_readable_by_every_key_and_a_directorys_keep_their_mode(render):
+    groups = {"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}
+    site, _ = render(groups, alluxio_root_ufs="s3://bucket/prefix")
+    assert site["alluxio.underfs.s3.inherit.acl"] == "false"
+    assert site["alluxio.underfs.s3.default.mode"] == "0755"
+    site, _ = render(groups, alluxio_root_ufs="/srv/megahour")
+    assert "alluxio.underfs.s3.default.mode" not in site
