@@ -23,6 +23,10 @@ REQUIRED_COMMANDS: dict[str, str] = {  # command -> Debian package
     # Not for the containers: the storage role's loop-device test formats XFS on this host
     # (tests/roles/test_storage_loop_device.py), since the containers may not mount.
     "mkfs.xfs": "xfsprogs",
+    # The alluxio role builds its distribution from Maven Central and compiles the S3 proxies'
+    # authenticator on the control node (roles/alluxio); the tests' S3 server comes through Maven too.
+    "mvn": "maven",
+    "javac": "default-jdk-headless",
 }
 DROPIN_PATH = Path("/etc/containers/containers.conf.d/50-megahour.conf")
 DROPIN_TEXT = """\
