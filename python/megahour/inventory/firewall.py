@@ -38,10 +38,7 @@ class Service:
 
     @classmethod
     def of(cls, entry: dict) -> Service:
-        name = str(entry.get("name") or "")
-        if not name:
-            raise FirewallError(f"a firewall_services entry has no name: {entry}; give each a name")
-        where = f"firewall_services {name!r}"
+        name, where = _named(entry, "firewall_services")
         hosts = entry.get("hosts")
         if not isinstance(hosts, str) or not hosts:
             raise FirewallError(f"{where} has no `hosts` group; name the group of hosts that run it")
@@ -59,6 +56,14 @@ class Service:
         if not ports and "ports" not in entry:
             raise FirewallError(f"{where} has no `ports`; list them, or write ports: all for every port")
         return cls(name, hosts, tuple(sources), ports, protocol)
+
+
+def _named(entry: dict, variable: str) -> tuple[str, str]:
+    """An entry's name, and how errors name the entry (``firewall_services 'ssh'``)."""
+    name = str(entry.get("name") or "")
+    if not name:
+        raise FirewallError(f"a {variable} entry has no name: {entry}; give each a name")
+    return name, f"{variable} {name!r}"
 
 
 def _port(where: str, value) -> str:
@@ -82,10 +87,7 @@ class OwnerOnly:
 
     @classmethod
     def of(cls, entry: dict) -> OwnerOnly:
-        name = str(entry.get("name") or "")
-        if not name:
-            raise FirewallError(f"a firewall_owner_only entry has no name: {entry}; give each a name")
-        where = f"firewall_owner_only {name!r}"
+        name, where = _named(entry, "firewall_owner_only")
         raw = entry.get("ports")
         raw = [raw] if isinstance(raw, (int, str)) else raw
         if not raw:
