@@ -18,6 +18,7 @@ from megahour.delivery.client import (
     WorkerUnavailable,
     proxy_credentials,
 )
+from tests.tlsca import ca_and_leaf
 
 DATA = bytes(range(256)) * 64
 
@@ -192,3 +193,37 @@ def test_an_unreadable_or_missing_credentials_file_names_the_fix(tmp_path, monke
     # No file named, no environment: unsigned requests (proxies without authentication).
     monkeypatch.delenv("MEGAHOUR_CACHE_ACCESS_KEY_ID")
     assert proxy_credentials(config_for(1)) is None
+
+
+# -- the HTTPS front (nginx before the proxies and web ports: roles/alluxio) ----------------------------
+
+
+@pytest.fixture
+def tls_server(tmp_path):
+    import ssl
+
+    ca = ca_and_leaf(tmp_path)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), RangeHandler)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "host.crt", tmp_path / "host.key")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield httpd, ca
+    httpd.shutdown()
+
+
+def test_ranged_reads_over_https_verified_by_the_cluster_ca_and_an_untrusted_certificate_is_loud(tls_server):
+    import dataclasses
+
+    httpd, ca = tls_server
+    port = httpd.server_address[1]
+    worker = Worker("w", f"https://127.0.0.1:{port}")
+    config = dataclasses.replace(config_for(port), workers=(worker,), ca_file=str(ca))
+    transport = HttpTransport(config)
+    assert transport.proxy_get(worker, "bucket/a.mcap", 10, 100) == DATA[10:110]
+    assert transport.proxy_get(worker, "bucket/a.mcap", 300, 7) == DATA[300:307]  # the kept-alive connection
+    # The system's CAs do not know the test CA: a settings error naming the fix, not a worker to route around.
+    untrusted = HttpTransport(dataclasses.replace(config, ca_file=""))
+    with pytest.raises(DeliveryError, match=r"certificate this client does not trust .*set ca_file"):
+        untrusted.proxy_get(worker, "bucket/a.mcap", 0, 10)

@@ -113,3 +113,51 @@ def test_each_proxy_is_asked_with_this_clients_key_and_a_refusal_fails_the_statu
     assert report.active == len(report.workers)
     assert main(["cache", "status", "--config", "cache.yml"]) == 1
     assert "InvalidIdentifier" in capsys.readouterr().out
+
+
+def test_behind_the_https_front_the_web_ports_are_read_with_the_proxies_key(tmp_path, monkeypatch) -> None:
+    """The master's and workers' web ports sit behind nginx (HTTPS, basic auth with a proxy key's id and
+    secret): the reader sends both and checks the certificate against the config's CA."""
+    import base64
+    import dataclasses
+    import ssl
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from tests.tlsca import ca_and_leaf
+
+    monkeypatch.delenv("MEGAHOUR_CACHE_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("MEGAHOUR_CACHE_SECRET_ACCESS_KEY", raising=False)
+    ca = ca_and_leaf(tmp_path)
+    expected = "Basic " + base64.b64encode(b"megahour-cache:s3cret/+x").decode()
+
+    class Front(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            ok = self.headers.get("Authorization") == expected
+            body = (DATA / "master-info.json").read_bytes() if ok else b"{}"
+            self.send_response(200 if ok else 401)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Front)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(tmp_path / "host.crt", tmp_path / "host.key")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        key = tmp_path / "cache.credentials"
+        key.write_text("access_key_id: megahour-cache\nsecret_access_key: s3cret/+x\n")
+        base = f"https://127.0.0.1:{httpd.server_address[1]}"
+        config = dataclasses.replace(CONFIG, master_url=base, credentials_file=str(key), ca_file=str(ca))
+        assert status.web_reader(config)(f"{base}/api/v1/master/info", 5) == load("master-info.json")
+        key.write_text("access_key_id: megahour-cache\nsecret_access_key: wrong\n")
+        with pytest.raises(OSError, match="401"):
+            status.web_reader(config)(f"{base}/api/v1/master/info", 5)
+        # A plain master_url is read as Alluxio serves it, without credentials.
+        assert status.web_reader(CONFIG) is status._get_json
+    finally:
+        httpd.shutdown()

@@ -85,11 +85,12 @@ def connect(host, target: str, port: int, timeout: float = 3.0, user: str = "") 
 # error code as JSON. A step is METHOD PATH KEY, KEY being right (the loader's), wrong (its id, another
 # secret) or none (unsigned).
 _S3 = r"""
-import http.client, json, re, sys
+import http.client, json, re, ssl, sys, urllib.parse
 from megahour.delivery.client import CacheConfig, proxy_credentials
 from megahour.objectstore import sigv4
 address, port = sys.argv[1], int(sys.argv[2])
-right = proxy_credentials(CacheConfig.load())
+config = CacheConfig.load()
+right = proxy_credentials(config)
 keys = {"right": right, "wrong": sigv4.Credentials(right.access_key_id, "not-the-secret"), "none": None}
 out = []
 for step in sys.argv[3:]:
@@ -97,7 +98,11 @@ for step in sys.argv[3:]:
     headers = {}
     if keys[key] is not None:
         headers.update(sigv4.sign(method, f"{address}:{port}", path, credentials=keys[key]))
-    conn = http.client.HTTPConnection(address, port, timeout=20)
+    if urllib.parse.urlsplit(config.workers[0].proxy_url).scheme == "https":  # the front, checked by its CA
+        context = ssl.create_default_context(cafile=config.ca_file or None)
+        conn = http.client.HTTPSConnection(address, port, timeout=20, context=context)
+    else:
+        conn = http.client.HTTPConnection(address, port, timeout=20)
     conn.request(method, path, body=b"x" if method == "PUT" else None, headers=headers)
     response = conn.getresponse()
     body = response.read()

@@ -1,10 +1,13 @@
 """The cache tier on every cluster host, from outside (issue 25's audit: Alluxio ran with NOSASL, permissions
 off, every port on every interface, and an S3 proxy that let anyone read, write and delete the under-store):
 
-- each daemon listens on the host's cluster address only;
+- each daemon's RPC listens on the host's cluster address only, and its HTTP ports are on loopback behind
+  the HTTPS front (nginx) on the cluster address: plain HTTP gets no answer there;
 - its settings and keys are private;
 - the proxy refuses unsigned and wrongly signed requests, serves the loader's key, and that key reads but
-  can neither write nor delete (permissions are checked: it owns nothing);
+  can neither write nor delete (permissions are checked: it owns nothing); the proxy's other endpoints
+  (thread dumps, metrics) are not reachable through the front;
+- the master's and workers' web ports need a proxy key (basic auth);
 - only root and the alluxio account may open connections to Alluxio's RPC ports (the output chain), so no
   job can claim another user's name to the master.
 
@@ -22,6 +25,8 @@ from tests.hosts import probe
 
 MASTER_RPC, MASTER_WEB, RAFT, WORKER_RPC, WORKER_WEB, PROXY = 19998, 19999, 19200, 29999, 30000, 39999
 PORTS = {"master": (MASTER_RPC, MASTER_WEB, RAFT), "worker": (WORKER_RPC, WORKER_WEB), "proxy": (PROXY,)}
+# Alluxio's own HTTP listeners, on loopback behind the front (nginx on the cluster address, same port).
+HTTP = {MASTER_WEB, WORKER_WEB, PROXY}
 
 
 def daemons(host) -> list[str]:
@@ -35,20 +40,42 @@ def proxy_host(host):
     return host
 
 
-def test_every_daemon_listens_on_the_cluster_address_only(host):
+def test_every_daemon_listens_on_the_cluster_address_or_behind_the_front(host):
     running = daemons(host)
     assert running, "no Alluxio daemon is enabled here"
     bound = probe.listening(host)
     address = probe.cluster_address(host)
     for name in running:
         for port in PORTS[name]:
-            assert bound.get(port) == {address}, (name, port, bound.get(port))
+            expected = {address, "127.0.0.1"} if port in HTTP else {address}
+            assert bound.get(port) == expected, (name, port, bound.get(port))
+
+
+def key(host) -> tuple[str, str]:
+    """The loader's key on the host (root reads it), as basic-auth user and password."""
+    data = yaml.safe_load(host.file("/etc/megahour/cache.credentials").content_string)
+    return data["access_key_id"], data["secret_access_key"]
+
+
+def test_the_web_ports_need_a_proxy_key_over_https(host):
+    address = probe.cluster_address(host)
+    ports = [p for name in daemons(host) for p in PORTS[name] if p in (MASTER_WEB, WORKER_WEB)]
+    user, password = key(host)
+    for port in ports:
+        path = "/api/v1/master/info" if port == MASTER_WEB else "/metrics/json/"
+        url = f"https://{address}:{port}{path}"
+        assert probe.get(host, url)["status"] == 401, url
+        assert probe.get(host, url, user, "not-the-secret")["status"] == 401, url
+        assert probe.get(host, url, "admin", "admin")["status"] == 401, url
+        assert probe.get(host, url, user, password)["status"] == 200, url
+        assert probe.get(host, f"http://{address}:{port}{path}")["status"] == 400, url  # plain HTTP
 
 
 def test_the_settings_and_keys_are_private(host):
     expected = {
         "/etc/alluxio/alluxio-site.properties": ("root", "alluxio", 0o640),
         "/etc/megahour/cache.credentials": ("root", "megahour", 0o640),
+        "/etc/nginx/megahour-alluxio.htpasswd": ("root", "www-data", 0o640),
     }
     if "proxy" in daemons(host):
         expected["/etc/alluxio/s3-credentials.properties"] = ("root", "alluxio", 0o640)
@@ -64,6 +91,10 @@ def test_the_settings_and_keys_are_private(host):
 
 def test_the_proxy_refuses_unsigned_and_wrongly_signed_requests(proxy_host):
     address = probe.cluster_address(proxy_host)
+    # Only the S3 API passes the front: Alluxio's thread dumps and metrics do not; plain HTTP gets nothing.
+    for path in ("/api/v1/common/thread_dump", "/metrics/prometheus/", "/api/v1/paths/"):
+        assert probe.get(proxy_host, f"https://{address}:{PROXY}{path}")["status"] == 404, path
+    assert probe.get(proxy_host, f"http://{address}:{PROXY}/api/v1/s3/")["status"] == 400
     answers = probe.s3(proxy_host, address, PROXY, ["GET /api/v1/s3/ none", "GET /api/v1/s3/ wrong"])
     assert [(a["status"], a["code"]) for a in answers] == [(403, "AccessDenied"), (403, "InvalidIdentifier")]
     assert probe.s3(proxy_host, address, PROXY, ["GET /api/v1/s3/ right"])[0]["status"] == 200
@@ -106,7 +137,7 @@ def test_only_root_and_alluxio_may_speak_alluxio_rpc(host):
     assert probe.connect(host, master, MASTER_RPC, user="nobody") == "refused"
     assert probe.connect(host, master, MASTER_RPC, user="alluxio") == "open"
     assert probe.connect(host, master, MASTER_RPC) == "open"  # root
-    # The S3 API (signed) and the web ports stay open to every account.
+    # The S3 API (signed) and the web ports (a proxy key) stay open to every account.
     assert probe.connect(host, master, MASTER_WEB, user="nobody") == "open"
     if "proxy" in daemons(host):
         assert probe.connect(host, probe.cluster_address(host), PROXY, user="nobody") == "open"

@@ -9,7 +9,11 @@ pytestmark = pytest.mark.integration
 PLAYBOOK = REPO / "tests" / "roles" / "data" / "render_alluxio.yml"
 # The role's vars call its filters; the render playbook loads the role's files, not the role.
 # The role's own filters, and the common role's cluster network ones (every address is a cluster address).
-FILTERS = [REPO / "roles" / "alluxio" / "filter_plugins", REPO / "roles" / "common" / "filter_plugins"]
+FILTERS = [
+    REPO / "roles" / "alluxio" / "filter_plugins",
+    REPO / "roles" / "common" / "filter_plugins",
+    REPO / "roles" / "monitoring" / "filter_plugins",  # megahour_bcrypt, for the front's password file
+]
 
 
 def properties(text: str) -> dict[str, str]:
@@ -29,6 +33,7 @@ def render(run, tmp_path):
         hosts = {h for members in groups.values() for h in members} | {"ctl"}
         addresses = {h: f"10.88.0.{10 + i}" for i, h in enumerate(sorted(hosts))}
         out = render_playbook(run, tmp_path, PLAYBOOK, addresses, groups, FILTERS, extra)
+        _render.out = out
         return (
             properties((out / "alluxio-site.properties").read_text()),
             properties((out / "log4j2.properties").read_text()),
@@ -98,13 +103,17 @@ def test_authenticated_permission_checked_and_bound_to_the_cluster_address(rende
     assert address.startswith("10.88.0.")
     for key in (
         "alluxio.master.bind.host",
-        "alluxio.master.web.bind.host",
         "alluxio.master.embedded.journal.ratis.config.raft.grpc.server.host",
         "alluxio.worker.bind.host",
+    ):
+        assert site[key] == address, key
+    # The HTTP listeners sit behind the HTTPS front (next test), on loopback.
+    for key in (
+        "alluxio.master.web.bind.host",
         "alluxio.worker.web.bind.host",
         "alluxio.proxy.web.bind.host",
     ):
-        assert site[key] == address, key
+        assert site[key] == "127.0.0.1", key
     # Switched off, the proxies take any request again (PassAllAuthenticator), as Alluxio ships.
     off, _ = render(
         {"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_s3_authentication=False
@@ -120,3 +129,26 @@ def test_an_s3_roots_objects_are_readable_by_every_key_and_a_directorys_keep_the
     assert site["alluxio.underfs.s3.default.mode"] == "0755"
     site, _ = render(groups, alluxio_root_ufs="/srv/megahour")
     assert "alluxio.underfs.s3.default.mode" not in site
+
+
+def test_the_https_front_passes_the_s3_api_only_and_asks_a_key_on_the_web_ports(render):
+    import bcrypt
+
+    site, _ = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]})
+    address = site["alluxio.worker.hostname"]
+    # Alluxio's own HTTP listeners go to loopback; its RPC stays on the cluster address.
+    assert site["alluxio.proxy.web.bind.host"] == "127.0.0.1"
+    assert site["alluxio.master.web.bind.host"] == site["alluxio.worker.web.bind.host"] == "127.0.0.1"
+    assert site["alluxio.master.bind.host"] == site["alluxio.worker.bind.host"] == address
+    front = (render.out / "front.conf").read_text()
+    for port in (39999, 19999, 30000):
+        assert f"listen {address}:{port} ssl;" in front
+    assert "location /api/v1/s3/ {" in front and "proxy_set_header Host $http_host;" in front
+    assert front.count("auth_basic_user_file") == 2  # the master's and the worker's web ports, not the S3 API
+    lines = dict(line.split(":", 1) for line in (render.out / "front.htpasswd").read_text().split())
+    assert set(lines) == {"megahour-cache", "lab-admin"}
+    assert bcrypt.checkpw(b"loader-Secret-1", lines["megahour-cache"].encode())
+    assert not bcrypt.checkpw(b"admin-Secret-2", lines["megahour-cache"].encode())
+    # Off, the HTTP listeners stay on the cluster address, as Alluxio serves them.
+    site, _ = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_https=False)
+    assert site["alluxio.proxy.web.bind.host"] == site["alluxio.worker.hostname"]

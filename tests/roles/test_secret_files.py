@@ -18,8 +18,9 @@ ROLES = REPO / "roles"
 SECRET_NAME = re.compile(
     r"password|passwd|secret|token|webhook_url|_keys?\b|api_key|credential", re.IGNORECASE
 )
-# Where a secret is, not what it is (warehouse_client_password_file names the file that holds it).
-NOT_A_SECRET = re.compile(r"_(file|path|dir|group|user)$")
+# Where a secret is, not what it is (warehouse_client_password_file names the file that holds it; a
+# role's *_tls_key the path of the host's TLS key).
+NOT_A_SECRET = re.compile(r"_(file|path|dir|group|user)$|_tls_key$")
 # Templates whose secrets come in through a mapping, not a secret-named variable.
 INDIRECT = {("alluxio", "alluxio-site.properties.j2"), ("airflow", "store.env.j2")}
 WRITERS = ("ansible.builtin.template", "ansible.builtin.copy")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import http.client
 import os
 import re
+import ssl
 import threading
 import time
 import urllib.parse
@@ -79,6 +80,8 @@ class CacheConfig:
     # The file with the key this client signs its proxy requests with (access_key_id, secret_access_key;
     # 0640, roles/alluxio), or empty where the proxies take unsigned requests.
     credentials_file: str = ""
+    # The CA that vouches for the proxies' and web ports' HTTPS certificates; empty: the system's.
+    ca_file: str = ""
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "cache config") -> CacheConfig:
@@ -98,6 +101,7 @@ class CacheConfig:
                 local_root=str(data.get("local_root", "") or "").rstrip("/"),
                 store_root=str(data.get("store_root", "") or "").rstrip("/"),
                 credentials_file=str(data.get("credentials_file", "") or ""),
+                ca_file=str(data.get("ca_file", "") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeliveryError(
@@ -133,6 +137,7 @@ class CacheConfig:
             "local_root": self.local_root,
             "store_root": self.store_root,
             "credentials_file": self.credentials_file,
+            "ca_file": self.ca_file,
         }
 
     def save(self, path: str | Path) -> None:
@@ -323,6 +328,27 @@ class _Connection(http.client.HTTPConnection):
         self.sock.settimeout(self.read_timeout)
 
 
+class _TlsConnection(http.client.HTTPSConnection):
+    """The same over TLS (the proxies' HTTPS front), verified against ``context``'s CAs."""
+
+    def __init__(self, host: str, port: int, *, timeout: float, connect_timeout: float, context) -> None:
+        super().__init__(host, port, timeout=connect_timeout, context=context)
+        self.read_timeout = timeout
+
+    def connect(self) -> None:
+        super().connect()
+        self.sock.settimeout(self.read_timeout)
+
+
+def tls_context(config: CacheConfig):
+    """Certificates are checked against the config's CA file, or the system's (which holds the cluster CA
+    on every host the pki role deployed)."""
+    try:
+        return ssl.create_default_context(cafile=config.ca_file or None)
+    except (OSError, ssl.SSLError) as exc:
+        raise DeliveryError(f"{config.ca_file}: cannot load the cache's CA ({exc})") from None
+
+
 class HttpTransport:
     """Keep-alive HTTP range requests, one connection per (thread, host)."""
 
@@ -332,6 +358,7 @@ class HttpTransport:
         self._credentials = None
         self._credentials_loaded = False
         self._credentials_lock = threading.Lock()
+        self._context = None  # one TLS context (its CAs loaded once) for every thread's connections
 
     def credentials(self):
         """The proxies' key, read once (None: unsigned requests)."""
@@ -343,25 +370,38 @@ class HttpTransport:
 
     def _connection(self, base_url: str) -> tuple[http.client.HTTPConnection, str]:
         parts = urllib.parse.urlsplit(base_url)
-        if parts.scheme != "http":
-            raise DeliveryError(f"{base_url}: only http:// proxies and under-store endpoints are supported")
+        if parts.scheme not in ("http", "https"):
+            raise DeliveryError(
+                f"{base_url}: only http:// and https:// proxies and under-store endpoints work"
+            )
         pool = getattr(self._local, "pool", None)
         if pool is None:
             pool = self._local.pool = {}
-        netloc = parts.netloc
+        netloc = f"{parts.scheme}://{parts.netloc}"
         conn = pool.get(netloc)
         if conn is None:
-            conn = pool[netloc] = _Connection(
-                parts.hostname or "localhost",
-                parts.port or 80,
-                timeout=self.config.timeout_s,
-                connect_timeout=min(CONNECT_TIMEOUT_S, self.config.timeout_s),
-            )
+            timeouts = {
+                "timeout": self.config.timeout_s,
+                "connect_timeout": min(CONNECT_TIMEOUT_S, self.config.timeout_s),
+            }
+            host = parts.hostname or "localhost"
+            if parts.scheme == "https":
+                conn = _TlsConnection(host, parts.port or 443, context=self._tls(), **timeouts)
+            else:
+                conn = _Connection(host, parts.port or 80, **timeouts)
+            pool[netloc] = conn
         return conn, parts.path
+
+    def _tls(self):
+        with self._credentials_lock:
+            if self._context is None:
+                self._context = tls_context(self.config)
+            return self._context
 
     def _drop(self, base_url: str) -> None:
         pool = getattr(self._local, "pool", {})
-        conn = pool.pop(urllib.parse.urlsplit(base_url).netloc, None)
+        parts = urllib.parse.urlsplit(base_url)
+        conn = pool.pop(f"{parts.scheme}://{parts.netloc}", None)
         if conn is not None:
             conn.close()
 
@@ -403,6 +443,13 @@ class HttpTransport:
             return b""
         try:
             status, data = self._ranged_get(f"{worker.proxy_url}/api/v1/s3", key, offset, length, signed=True)
+        except ssl.SSLCertVerificationError as exc:
+            # A certificate this client does not trust is a setting to fix, not a worker to route around.
+            raise DeliveryError(
+                f"worker {worker.name}'s proxy ({worker.proxy_url}) has a certificate this client does not "
+                f"trust ({exc.verify_message}): set ca_file in the cache config to the cluster CA "
+                f"(roles/pki), or trust it system-wide"
+            ) from None
         except (OSError, http.client.HTTPException) as exc:
             raise WorkerUnavailable(f"worker {worker.name} ({worker.proxy_url}): {exc!r}") from None
         if status in (200, 206):

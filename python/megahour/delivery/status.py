@@ -17,7 +17,14 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
-from megahour.delivery.client import CacheConfig, DeliveryError, HttpTransport, Worker
+from megahour.delivery.client import (
+    CacheConfig,
+    DeliveryError,
+    HttpTransport,
+    Worker,
+    proxy_credentials,
+    tls_context,
+)
 
 
 @dataclass(frozen=True)
@@ -141,15 +148,40 @@ def _get_json(url: str, timeout: float) -> dict:
         return json.loads(response.read())
 
 
+def web_reader(config: CacheConfig) -> Callable[[str, float], dict]:
+    """GETs of the master's and workers' web ports as this client: behind the cache's HTTPS front (an
+    https:// master_url) with the config's CA and HTTP basic auth with the proxies' key (its id and secret,
+    as the front's password file holds them); plain, as Alluxio serves them, otherwise."""
+    if not config.master_url.startswith("https://"):
+        return _get_json
+    import base64
+
+    context = tls_context(config)
+    credentials = proxy_credentials(config)
+    headers = {}
+    if credentials is not None:
+        pair = f"{credentials.access_key_id}:{credentials.secret_access_key}".encode()
+        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+
+    def get_json(url: str, timeout: float) -> dict:
+        request = urllib.request.Request(url, headers=headers)
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
+            return json.loads(response.read())
+
+    return get_json
+
+
 def collect(
     config: CacheConfig,
-    get_json: Callable[[str, float], dict] = _get_json,
+    get_json: Callable[[str, float], dict] | None = None,
     check_proxy: Callable[[Worker], str] | None = None,
 ) -> CacheStatus:
-    """The master's and workers' view, and each proxy asked with this client's key (``check_proxy``:
-    ``HttpTransport.proxy_check`` unless given)."""
+    """The master's and workers' view (``get_json``: ``web_reader(config)`` unless given), and each proxy
+    asked with this client's key (``check_proxy``: ``HttpTransport.proxy_check`` unless given)."""
     if not config.master_url:
         raise DeliveryError("the cache config has no master_url: deploy roles/alluxio again")
+    if get_json is None:
+        get_json = web_reader(config)
     try:
         info = get_json(f"{config.master_url}/api/v1/master/info", config.timeout_s)
     except (OSError, urllib.error.URLError, ValueError) as exc:
@@ -159,9 +191,10 @@ def collect(
         ) from None
     metrics: dict[str, dict | None] = {}
     for worker in config.workers:
-        host = urllib.parse.urlsplit(worker.proxy_url).hostname
+        parts = urllib.parse.urlsplit(worker.proxy_url)
         try:
-            url = f"http://{host}:{config.worker_web_port}/metrics/json/"
+            # The worker's web port sits behind the same front as its node's proxy (https), or not.
+            url = f"{parts.scheme}://{parts.hostname}:{config.worker_web_port}/metrics/json/"
             metrics[worker.name] = get_json(url, config.timeout_s)
         except (OSError, urllib.error.URLError, ValueError):
             metrics[worker.name] = None  # down: reported as such, never guessed
