@@ -56,11 +56,12 @@ EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
         "airflow-dag-processor",
         "airflow-triggerer",
     ),
-    "compute": ("munge", "slurmd", "prometheus-node-exporter", "alluxio-worker", "alluxio-proxy"),
+    # nginx: the cache tier's HTTPS front before the proxy and web ports (roles/alluxio).
+    "compute": ("munge", "slurmd", "prometheus-node-exporter", "alluxio-worker", "alluxio-proxy", "nginx"),
     "storage": ("s3proxy", "megahour-delayproxy", "megahour-store-shaping"),
 }
 # The controller runs the cache tier's master and a proxy as well (roles/alluxio).
-EXPECTED_SERVICES["controller"] += ("alluxio-master", "alluxio-proxy")
+EXPECTED_SERVICES["controller"] += ("alluxio-master", "alluxio-proxy", "nginx")
 
 
 class SpecError(ValueError):
