@@ -63,10 +63,14 @@ def test_missing_fabric_and_gpu_are_reported_together():
     assert set(variables(validate(snap))) == {"megahour_gpu", "megahour_fabric.type"}
 
 
-def test_more_than_one_controller_is_refused():
-    assert variables(validate(snapshot(groups={"controller": ["a", "b"], "compute": ["g"]}))) == [
-        "groups.controller"
-    ]
+def test_a_primary_and_a_backup_controller_are_accepted():
+    assert validate(snapshot(groups={"controller": ["a", "b"], "compute": ["g"]})) == []
+
+
+def test_more_than_two_controllers_are_refused():
+    findings = validate(snapshot(groups={"controller": ["a", "b", "c"], "compute": ["g"]}))
+    assert variables(findings) == ["groups.controller"]
+    assert "two for a backup slurmctld" in findings[0].fix
 
 
 def test_fqdn_inventory_names_are_refused_as_slurm_node_names():

@@ -75,10 +75,17 @@ def test_user_settings_override_and_null_drops(render):
 
 def test_three_masters_form_an_embedded_journal_quorum(render):
     masters = ["ctl", "m2", "m3"]
-    site, _ = render({"cluster": masters, "controller": masters, "compute": []})
+    site, _ = render({"cluster": masters, "controller": ["ctl"], "alluxio_master": masters, "compute": []})
     assert len(site["alluxio.master.embedded.journal.addresses"].split(",")) == 3
     assert len(site["alluxio.master.rpc.addresses"].split(",")) == 3
     assert "alluxio.worker.page.store.dirs" not in site  # ctl is no worker here
+
+
+def test_a_backup_slurm_controller_does_not_become_a_second_alluxio_master(render):
+    # Two masters cannot keep a Raft quorum: without an alluxio_master group only the primary runs one.
+    site, _ = render({"cluster": ["ctl", "ctl2"], "controller": ["ctl", "ctl2"], "compute": []})
+    assert "alluxio.master.embedded.journal.addresses" not in site
+    assert "alluxio.master.rpc.addresses" not in site
 
 
 def test_proxy_access_log_is_quiet_by_default(render):

@@ -14,27 +14,29 @@ FILTERS = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "slurm_client" / "filt
 @pytest.fixture
 def render(run_playbook, tmp_path):
     local = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}"}
-    inventory = {
-        "all": {
-            "children": {
-                "controller": {"hosts": {"ctl": dict(local)}},
-                "compute": {
-                    "hosts": {
-                        f"gpu-{i}": {
-                            **local,
-                            "megahour_gpu": {"model": "h100", "count": 4},
-                            "test_vcpus": 16,
-                            "test_memtotal_mb": 1000,
+
+    def inventory(controllers):
+        return {
+            "all": {
+                "children": {
+                    "controller": {"hosts": {name: dict(local) for name in controllers}},
+                    "compute": {
+                        "hosts": {
+                            f"gpu-{i}": {
+                                **local,
+                                "megahour_gpu": {"model": "h100", "count": 4},
+                                "test_vcpus": 16,
+                                "test_memtotal_mb": 1000,
+                            }
+                            for i in (1, 2)
                         }
-                        for i in (1, 2)
-                    }
-                },
+                    },
+                }
             }
         }
-    }
-    (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory))
 
-    def _render(version, user_config=None, **more):
+    def _render(version, user_config=None, controllers=("ctl",), **more):
+        (tmp_path / "hosts.yml").write_text(yaml.safe_dump(inventory(controllers)))
         out = tmp_path / f"slurm-{version}.conf"
         extra = {"slurm_version": version, "out": str(out), "slurm_client_config": user_config or {}, **more}
         run_playbook(PLAYBOOK, tmp_path / "hosts.yml", extra, env=FILTERS)
@@ -123,3 +125,20 @@ def test_gres_types_come_from_the_merged_gpu_profiles(render):
     assert any(line.startswith("NodeName=gpu-1 ") and " Gres=gpu:h100:4 " in line for line in lines)
     _, lines = render("22.05.8-4+deb12u3", megahour_gpu_profiles={"h100": {"gres_type": "hopper80"}})
     assert any(line.startswith("NodeName=gpu-2 ") and " Gres=gpu:hopper80:4 " in line for line in lines)
+
+
+def test_one_controller_keeps_its_state_on_its_own_disk(render):
+    conf, lines = render("24.11.5-4")
+    assert [line for line in lines if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=ctl"]
+    assert conf["StateSaveLocation"] == "/var/lib/slurm/slurmctld"
+
+
+def test_a_backup_controller_is_a_second_slurmctldhost_line_with_shared_state(render):
+    conf, lines = render("24.11.5-4", controllers=("ctl", "ctl2"), megahour_shared_root="/srv/shared")
+    # Order is meaning: the first line is the primary.
+    assert [line for line in lines if line.startswith("SlurmctldHost=")] == [
+        "SlurmctldHost=ctl",
+        "SlurmctldHost=ctl2",
+    ]
+    assert conf["StateSaveLocation"] == "/srv/shared/slurm/slurmctld"
+    assert conf["SlurmctldTimeout"] == "60"

@@ -162,12 +162,12 @@ def validate(snapshot: dict[str, Any]) -> list[Finding]:
                 "(see inventories/example-baremetal-h100/hosts.yml)",
             )
         )
-    elif len(controllers) != 1:
+    elif len(controllers) not in (1, 2):
         findings.append(
             Finding(
                 f"groups.{CONTROLLER_GROUP}",
                 f"the controller group has {len(controllers)} hosts ({', '.join(controllers) or 'none'})",
-                "put exactly one host in the controller group (HA controllers are not supported yet)",
+                "put one host in the controller group, or two for a backup slurmctld (the primary first)",
             )
         )
 
