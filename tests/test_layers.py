@@ -32,6 +32,7 @@ ALLOWED: dict[str, set[str]] = {
     "episodes": {"atomicio", "objectstore"},
     "health": {"atomicio", "metrics", "slurm"},
     "sweep": {"atomicio", "metrics", "slurm"},
+    "backup": {"atomicio", "metrics"},
     "run": {"atomicio", "job_contract", "redact", "slurm"},
     "curation": {"atomicio", "episodes"},
     "delivery": {"atomicio", "curation", "episodes", "objectstore"},

@@ -17,6 +17,7 @@ AREAS = (
     "health",
     "run",
     "sweep",
+    "backup",
     "episodes",
     "robotlogs",
     "curation",

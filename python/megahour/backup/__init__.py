@@ -1,0 +1,2 @@
+"""Nightly dumps of the databases a cluster keeps its history in (Slurm accounting, Airflow),
+and their restore."""
