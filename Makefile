@@ -14,6 +14,8 @@ GPUS_PER_NODE ?= 2
 TEST_WORKERS ?= 2
 # REMOTE_STORE=1: add the `store` container, the cache's under-store as a remote S3 server.
 REMOTE_STORE ?=
+# BACKUP_CONTROLLER=1: add `ctl2`, a backup slurmctld (docs/resilience.md).
+BACKUP_CONTROLLER ?=
 # TRAIN=1: install the trainer (torch, about 3.5 GB) on the compute nodes (docs/training.md).
 TRAIN ?=
 DEPLOY_VARS := $(if $(TRAIN),-e runtime_train=true)
@@ -59,7 +61,7 @@ image: prereqs ## Build the node image (cached by recipe)
 	megahour cluster image
 
 up: prereqs ## Stand up the local cluster and deploy site.yml onto it
-	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(REMOTE_STORE),--remote-store)
+	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(REMOTE_STORE),--remote-store) $(if $(BACKUP_CONTROLLER),--backup-controller)
 	megahour deploy -i inventories/local $(DEPLOY_VARS)
 	megahour cluster status
 

@@ -116,3 +116,21 @@ def test_the_remote_store_is_an_extra_container_outside_the_cluster_group():
     assert "storage" not in ClusterSpec().inventory()["all"]["children"]
     assert "s3proxy" in EXPECTED_SERVICES["storage"]
     assert {"alluxio-worker", "alluxio-proxy"} <= set(EXPECTED_SERVICES["compute"])
+
+
+def test_a_backup_controller_is_the_controller_group_s_second_host_and_runs_nothing_else_of_the_primary():
+    spec = ClusterSpec(backup_controller=True)
+    assert [(h.name, h.role, h.gpus) for h in spec.hosts[:2]] == [
+        ("ctl", "controller", 0),
+        ("ctl2", "backup-controller", 0),
+    ]
+    groups = spec.inventory()["all"]["children"]
+    # Order is meaning: the first is the primary slurmctld.
+    assert list(groups["cluster"]["children"]["controller"]["hosts"]) == ["ctl", "ctl2"]
+    assert list(groups["warehouse"]["hosts"]) == ["ctl"]
+    assert list(groups["airflow"]["hosts"]) == ["ctl"]
+    backup = set(EXPECTED_SERVICES["backup-controller"])
+    assert "slurmctld" in backup and not {"mariadb", "slurmdbd", "alluxio-master", "postgresql"} & backup
+    assert list(
+        ClusterSpec().inventory()["all"]["children"]["cluster"]["children"]["controller"]["hosts"]
+    ) == ["ctl"]

@@ -69,6 +69,11 @@ def register(subparsers: cliutil.Subparsers) -> None:
         action="store_true",
         help="add the `store` container: the cache's under-store as a remote S3 server (tc and delays)",
     )
+    p.add_argument(
+        "--backup-controller",
+        action="store_true",
+        help="add `ctl2`, a backup slurmctld that takes over when ctl's stops answering (docs/resilience.md)",
+    )
     p.add_argument("--inventory", default=str(DEFAULT_LOCAL_INVENTORY), help="generated inventory file")
     p = cliutil.add_command(
         cluster,
@@ -118,6 +123,7 @@ def _spec(args: argparse.Namespace):
         gpus_per_node=args.gpus_per_node,
         gpu_model=args.gpu_model,
         remote_store=args.remote_store,
+        backup_controller=args.backup_controller,
     )
 
 

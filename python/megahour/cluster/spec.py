@@ -12,6 +12,8 @@ import yaml
 CLUSTER_LABEL = "megahour.cluster"
 ROLE_LABEL = "megahour.role"
 CONTROLLER_NAME = "ctl"
+# The backup slurmctld (`cluster up --backup-controller`): the controller group's second host.
+BACKUP_CONTROLLER_NAME = "ctl2"
 COMPUTE_PREFIX = "gpu-"
 # The optional remote under-store (`megahour cluster up --remote-store`): an S3 server behind a
 # bandwidth cap (tc) and a delaying proxy, which the cache tier reads over the network.
@@ -62,6 +64,14 @@ EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
 }
 # The controller runs the cache tier's master and a proxy as well (roles/alluxio).
 EXPECTED_SERVICES["controller"] += ("alluxio-master", "alluxio-proxy", "nginx")
+# A standby slurmctld; like every cluster host it carries node_exporter and an S3 proxy.
+EXPECTED_SERVICES["backup-controller"] = (
+    "munge",
+    "slurmctld",
+    "prometheus-node-exporter",
+    "alluxio-proxy",
+    "nginx",
+)
 
 
 class SpecError(ValueError):
@@ -71,7 +81,7 @@ class SpecError(ValueError):
 @dataclass(frozen=True)
 class HostSpec:
     name: str
-    role: str  # "controller", "compute" or "storage"
+    role: str  # "controller", "backup-controller", "compute" or "storage"
     gpus: int = 0
 
     @property
@@ -90,6 +100,7 @@ class ClusterSpec:
     gpu_model: str = "h100"
     image: str = "localhost/megahour-node:latest"
     remote_store: bool = False
+    backup_controller: bool = False
     hosts: tuple[HostSpec, ...] = field(init=False)
 
     @property
@@ -110,6 +121,8 @@ class ClusterSpec:
         if not 0 <= self.gpus_per_node <= 8:
             raise SpecError(f"gpus_per_node={self.gpus_per_node}: pass --gpus-per-node between 0 and 8")
         hosts = [HostSpec(CONTROLLER_NAME, "controller")]
+        if self.backup_controller:
+            hosts.append(HostSpec(BACKUP_CONTROLLER_NAME, "backup-controller"))
         hosts += [
             HostSpec(f"{COMPUTE_PREFIX}{i}", "compute", self.gpus_per_node)
             for i in range(1, self.compute_nodes + 1)
@@ -155,13 +168,15 @@ class ClusterSpec:
     def inventory(self) -> dict:
         """The Ansible inventory (YAML-ready dict) for this cluster."""
         controller = {h.name: None for h in self.hosts if h.role == "controller"}
+        # The primary first: slurm.conf's first SlurmctldHost line is the primary.
+        controllers = {**controller, **{h.name: None for h in self.hosts if h.role == "backup-controller"}}
         compute = {h.name: None for h in self.hosts if h.role == "compute"}
         return {
             "all": {
                 "children": {
                     "cluster": {
                         "children": {
-                            "controller": {"hosts": controller},
+                            "controller": {"hosts": controllers},
                             "compute": {
                                 "hosts": compute,
                                 "vars": {
