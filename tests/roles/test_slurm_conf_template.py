@@ -131,6 +131,7 @@ def test_one_controller_keeps_its_state_on_its_own_disk(render):
     conf, lines = render("24.11.5-4")
     assert [line for line in lines if line.startswith("SlurmctldHost=")] == ["SlurmctldHost=ctl"]
     assert conf["StateSaveLocation"] == "/var/lib/slurm/slurmctld"
+    assert "AccountingStorageBackupHost" not in conf
 
 
 def test_a_backup_controller_is_a_second_slurmctldhost_line_with_shared_state(render):
@@ -142,3 +143,4 @@ def test_a_backup_controller_is_a_second_slurmctldhost_line_with_shared_state(re
     ]
     assert conf["StateSaveLocation"] == "/srv/shared/slurm/slurmctld"
     assert conf["SlurmctldTimeout"] == "60"
+    assert (conf["AccountingStorageHost"], conf["AccountingStorageBackupHost"]) == ("ctl", "ctl2")
