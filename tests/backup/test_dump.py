@@ -171,3 +171,16 @@ def test_only_old_temporaries_of_the_target_are_cleaned(tmp_path):
     os.utime(other, (0, 0))
     assert dumps.clean_temporaries(tmp_path, ["airflow"]) == 1
     assert not old.exists() and young.exists() and other.exists()
+
+
+def test_a_tool_that_warns_a_lot_does_not_block_the_dump(tmp_path):
+    # More than a pipe holds (64 KiB) on stderr while stdout is still being read.
+    source = FIXTURES / "pg_dump-15.sql"
+    script = (
+        "import sys, shutil\n"
+        "sys.stderr.write('pg_dump: warning: ' + 'x' * 200000 + '\\n')\n"
+        "sys.stderr.flush()\n"
+        f"shutil.copyfileobj(open({str(source)!r}, 'rb'), sys.stdout.buffer)\n"
+    )
+    made = dumps.take(POSTGRES, tmp_path, now=WHEN, popen=tool(script))
+    assert gzip.decompress(made.path.read_bytes()) == source.read_bytes()

@@ -89,14 +89,15 @@ def _cmd_run(args: argparse.Namespace, console: Console) -> int:
     import time
 
     from megahour.backup import dump as dumps
-    from megahour.backup.plan import BackupError, newest
+    from megahour.backup.plan import newest
 
     target = _target(args)
     directory = Path(args.dir)
     started = time.monotonic()
     try:
         made = dumps.take(target, directory)
-    except BackupError:
+    except Exception:
+        # Any failure (a refused login, a full or root-squashed disk) shows as last_run_ok 0.
         if args.metrics:
             previous = newest(dumps.list_dumps(directory), target.name)
             dumps.write_metrics(Path(args.metrics), target, previous, time.monotonic() - started, ok=False)

@@ -64,33 +64,36 @@ def take(
     path = directory / file_name(target.name, taken)
     argv = dump_command(target)
     tail = b""
-    try:
-        proc = popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError as exc:
-        raise BackupError(
-            f"backup {target.name}: {argv[0]} is not installed on this host; install the database's client "
-            "tools or run the backup where the database runs"
-        ) from exc
-    assert proc.stdout is not None and proc.stderr is not None
-    try:
-        with atomic_writer(path, DUMP_MODE) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
-            while chunk := proc.stdout.read(_CHUNK):
-                out.write(chunk)
-                tail = (tail + chunk)[-tail_bytes() :]
-            stderr = proc.stderr.read()
-            rc = proc.wait()
-            if rc != 0:
-                detail = stderr.decode(errors="replace").strip()[-_STDERR_LIMIT:] or "no message"
-                raise BackupError(f"backup {target.name}: {' '.join(argv)} exited {rc}: {detail}")
-            if not is_complete(target.kind, tail):
-                raise BackupError(
-                    f"backup {target.name}: the {target.kind} dump ended without its closing comment "
-                    "(cut short); nothing was published, the previous dump stands: rerun it"
-                )
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+    # The tool's messages go to a file, not a pipe: one that warns more than a pipe holds while this
+    # process reads its stdout would block forever on a pipe nobody reads.
+    with tempfile.TemporaryFile() as errors:
+        try:
+            proc = popen(argv, stdout=subprocess.PIPE, stderr=errors)
+        except FileNotFoundError as exc:
+            raise BackupError(
+                f"backup {target.name}: {argv[0]} is not installed on this host; install the database's "
+                "client tools or run the backup where the database runs"
+            ) from exc
+        assert proc.stdout is not None
+        try:
+            with atomic_writer(path, DUMP_MODE) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
+                while chunk := proc.stdout.read(_CHUNK):
+                    out.write(chunk)
+                    tail = (tail + chunk)[-tail_bytes() :]
+                rc = proc.wait()
+                if rc != 0:
+                    errors.seek(0)
+                    detail = errors.read().decode(errors="replace").strip()[-_STDERR_LIMIT:] or "no message"
+                    raise BackupError(f"backup {target.name}: {' '.join(argv)} exited {rc}: {detail}")
+                if not is_complete(target.kind, tail):
+                    raise BackupError(
+                        f"backup {target.name}: the {target.kind} dump ended without its closing comment "
+                        "(cut short); nothing was published, the previous dump stands: rerun it"
+                    )
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
     return Dump(target.name, taken, path, path.stat().st_size)
 
 

@@ -64,10 +64,12 @@ EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
 }
 # The controller runs the cache tier's master and a proxy as well (roles/alluxio).
 EXPECTED_SERVICES["controller"] += ("alluxio-master", "alluxio-proxy", "nginx")
-# A standby slurmctld; like every cluster host it carries node_exporter and an S3 proxy.
+# A standby slurmctld and the backup slurmdbd; like every cluster host it carries node_exporter and an S3
+# proxy.
 EXPECTED_SERVICES["backup-controller"] = (
     "munge",
     "slurmctld",
+    "slurmdbd",
     "prometheus-node-exporter",
     "alluxio-proxy",
     "nginx",
