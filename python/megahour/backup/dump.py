@@ -18,6 +18,7 @@ from pathlib import Path
 
 from megahour.atomicio import atomic_writer
 from megahour.backup.plan import (
+    TAIL_BYTES,
     BackupError,
     Dump,
     Target,
@@ -27,7 +28,6 @@ from megahour.backup.plan import (
     parse_file_name,
     rename_mariadb_database,
     restore_command,
-    tail_bytes,
     to_prune,
 )
 from megahour.metrics.textfile import Family, write
@@ -79,7 +79,7 @@ def take(
             with atomic_writer(path, DUMP_MODE) as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0) as out:
                 while chunk := proc.stdout.read(_CHUNK):
                     out.write(chunk)
-                    tail = (tail + chunk)[-tail_bytes() :]
+                    tail = (tail + chunk)[-TAIL_BYTES:]
                 rc = proc.wait()
                 if rc != 0:
                     errors.seek(0)

@@ -27,7 +27,7 @@ _COMPLETE = {
     "postgresql": re.compile(rb"^-- PostgreSQL database dump complete$", re.MULTILINE),
 }
 # How far from the end the closing comment may sit (pg_dump 17 adds a \unrestrict line after it).
-_TAIL_BYTES = 4096
+TAIL_BYTES = 4096
 
 
 class BackupError(Exception):
@@ -132,11 +132,7 @@ def parse_file_name(name: str) -> tuple[str, datetime] | None:
 
 def is_complete(kind: str, tail: bytes) -> bool:
     """Whether the last bytes of an uncompressed dump hold its tool's closing comment."""
-    return bool(_COMPLETE[kind].search(tail[-_TAIL_BYTES:]))
-
-
-def tail_bytes() -> int:
-    return _TAIL_BYTES
+    return bool(_COMPLETE[kind].search(tail[-TAIL_BYTES:]))
 
 
 def to_prune(dumps: Iterable[Dump], keep: int) -> list[Dump]:
