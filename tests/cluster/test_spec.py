@@ -97,7 +97,9 @@ def test_status_checks_postgres_and_the_airflow_services_on_the_controller():
     controller = EXPECTED_SERVICES["controller"]
     for unit in ("postgresql", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor"):
         assert unit in controller
-    assert "airflow-triggerer" in controller
+    # airflow_replicas' default: two schedulers and two triggerers.
+    for unit in ("airflow-scheduler-2", "airflow-triggerer", "airflow-triggerer-2"):
+        assert unit in controller
     assert not any(s.startswith("airflow") for s in EXPECTED_SERVICES["compute"])
 
 

@@ -46,7 +46,11 @@ def render(run_playbook, tmp_path):
         out = tmp_path / "out"
         out.mkdir(exist_ok=True)
         # The cluster network filters (megahour_cluster_address) come with the common role.
-        filters = {"ANSIBLE_FILTER_PLUGINS": str(REPO / "roles" / "common" / "filter_plugins")}
+        filters = {
+            "ANSIBLE_FILTER_PLUGINS": ":".join(
+                str(REPO / "roles" / role / "filter_plugins") for role in ("common", "airflow")
+            )
+        }
         run_playbook(PLAYBOOK, tmp_path / "hosts.yml", {"out": str(out), **extra}, env=filters)
         cfg = configparser.ConfigParser(interpolation=None)
         cfg.read(out / "airflow.cfg")
@@ -110,6 +114,30 @@ def test_airflow_cfg_local_executor_fab_https_and_no_secrets(render):
         "ExecStart=/opt/airflow/venv/bin/airflow api-server\n"
         in (out / "airflow-api-server.service").read_text()
     )
+
+
+def test_two_schedulers_and_two_triggerers_by_default(render):
+    _, _, out = render()
+    units = sorted(path.name for path in out.glob("airflow-*.service"))
+    assert units == [
+        "airflow-api-server.service",
+        "airflow-dag-processor.service",
+        "airflow-scheduler-2.service",
+        "airflow-scheduler.service",
+        "airflow-triggerer-2.service",
+        "airflow-triggerer.service",
+    ]
+    second = (out / "airflow-scheduler-2.service").read_text()
+    assert "Description=Apache Airflow scheduler (airflow-scheduler-2) (megahour ingestion)\n" in second
+    assert "ExecStart=/opt/airflow/venv/bin/airflow scheduler --skip-serve-logs\n" in second
+    assert (
+        "ExecStart=/opt/airflow/venv/bin/airflow triggerer --skip-serve-logs\n"
+        in (out / "airflow-triggerer-2.service").read_text()
+    )
+    # A dead scheduler's running tasks are retried by the other after the heartbeat timeout: 2 min.
+    cfg, _, _ = render()
+    assert cfg["scheduler"]["task_instance_heartbeat_timeout"] == "120"
+    assert cfg["scheduler"]["orphaned_tasks_check_interval"] == "60"
 
 
 def test_log_servers_on_when_asked(render):

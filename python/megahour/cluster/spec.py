@@ -55,8 +55,10 @@ EXPECTED_SERVICES: dict[str, tuple[str, ...]] = {
         "postgresql",
         "airflow-api-server",
         "airflow-scheduler",
+        "airflow-scheduler-2",  # airflow_replicas: two schedulers and two triggerers
         "airflow-dag-processor",
         "airflow-triggerer",
+        "airflow-triggerer-2",
     ),
     # nginx: the cache tier's HTTPS front before the proxy and web ports (roles/alluxio).
     "compute": ("munge", "slurmd", "prometheus-node-exporter", "alluxio-worker", "alluxio-proxy", "nginx"),
