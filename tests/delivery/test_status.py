@@ -5,6 +5,7 @@ a warm-up and one epoch through the loader)."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from pathlib import Path
 
@@ -84,6 +85,48 @@ def test_an_unreachable_master_is_an_error_naming_the_service() -> None:
         status.collect(CONFIG, refuse)
 
 
+def test_with_three_masters_the_first_that_answers_is_the_leader() -> None:
+    masters = ("http://10.89.0.55:19999", "http://10.89.0.56:19999", "http://10.89.0.57:19999")
+    config = dataclasses.replace(CONFIG, master_urls=masters)
+    asked = []
+
+    # The first master is down (its leadership moved after a kill), the second is the new leader; the
+    # third is never asked.
+    def web(url: str, timeout: float) -> dict:
+        asked.append(url)
+        if url.startswith(masters[0]):
+            raise ConnectionRefusedError(111, "Connection refused")
+        if url.endswith("/api/v1/master/info"):
+            return load("master-info.json")
+        return load("worker-gpu-1-metrics.json")
+
+    report = status.collect(config, web, lambda worker: "ok")
+    assert report.master == masters[1]
+    assert [url for url in asked if url.endswith("/master/info")] == [
+        f"{masters[0]}/api/v1/master/info",
+        f"{masters[1]}/api/v1/master/info",
+    ]
+    assert report.active == 2
+
+    def none_up(url: str, timeout: float) -> dict:
+        raise ConnectionRefusedError(111, "Connection refused")
+
+    with pytest.raises(DeliveryError, match=r"no Alluxio master answered .*10.89.0.57.*quorum \(2 of 3"):
+        status.collect(config, none_up)
+
+
+def test_the_master_list_falls_back_to_the_one_master_url() -> None:
+    assert CONFIG.masters() == ("http://10.89.0.55:19999",)
+    assert CacheConfig(root_ufs="/x", workers=()).masters() == ()
+    loaded = CacheConfig.from_dict(
+        {**CONFIG.to_dict(), "master_urls": ["http://a:19999/", "http://b:19999"]}
+    )
+    assert loaded.masters() == ("http://a:19999", "http://b:19999")
+    assert CacheConfig.from_dict(loaded.to_dict()) == loaded
+    with pytest.raises(DeliveryError, match="no master_url"):
+        status.collect(CacheConfig(root_ufs="/x", workers=()))
+
+
 def test_each_proxy_is_asked_with_this_clients_key_and_a_refusal_fails_the_status(
     monkeypatch, capsys
 ) -> None:
@@ -119,7 +162,6 @@ def test_behind_the_https_front_the_web_ports_are_read_with_the_proxies_key(tmp_
     """The master's and workers' web ports sit behind nginx (HTTPS, basic auth with a proxy key's id and
     secret): the reader sends both and checks the certificate against the config's CA."""
     import base64
-    import dataclasses
     import ssl
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer

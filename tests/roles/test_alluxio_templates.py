@@ -1,6 +1,7 @@
 """The alluxio role's alluxio-site.properties and log4j2.properties, rendered by ansible-playbook here."""
 
 import pytest
+import yaml
 
 from tests.conftest import REPO
 from tests.roles.render import render_playbook
@@ -79,6 +80,16 @@ def test_three_masters_form_an_embedded_journal_quorum(render):
     assert len(site["alluxio.master.embedded.journal.addresses"].split(",")) == 3
     assert len(site["alluxio.master.rpc.addresses"].split(",")) == 3
     assert "alluxio.worker.page.store.dirs" not in site  # ctl is no worker here
+    # The loader's config lists every master, the first one as master_url too (docs/delivery.md).
+    from megahour.delivery.client import CacheConfig
+
+    data = yaml.safe_load((render.out / "cache.yml").read_text())
+    assert data["workers"] is None  # no compute host in this render
+    cache = CacheConfig.from_dict({**data, "workers": []})
+    assert len(cache.masters()) == 3
+    assert cache.masters()[0] == cache.master_url
+    assert all(url.startswith("https://") and url.endswith(":19999") for url in cache.masters())
+    assert site["alluxio.standby.master.web.enabled"] == "false"
 
 
 def test_a_backup_slurm_controller_does_not_become_a_second_alluxio_master(render):

@@ -63,7 +63,10 @@ class CacheConfig:
     root_ufs: str  # Alluxio's root under-store: a shared directory or s3://BUCKET/PREFIX
     workers: tuple[Worker, ...]
     geometry: Geometry = field(default_factory=Geometry)
-    master_url: str = ""  # http://MASTER:19999, for `megahour cache status`
+    master_url: str = ""  # http://MASTER:19999, for `megahour cache status`: the first master
+    # Every master's web URL, in the inventory's order. With three (an embedded-journal quorum) only the
+    # leader serves its web port (Alluxio's standby masters do not), so the first that answers leads.
+    master_urls: tuple[str, ...] = ()
     # How the client reads the under-store itself when a worker fails. A bucket root (s3://) is read
     # with signed requests (credentials from the environment or the instance profile) at this S3
     # endpoint, or at AWS_ENDPOINT_URL / AWS's own when empty. A shared-directory root: empty.
@@ -94,6 +97,7 @@ class CacheConfig:
                     int(data.get("page_size", DEFAULT_PAGE_SIZE)), int(data.get("pages_per_range", 1))
                 ),
                 master_url=str(data.get("master_url", "")).rstrip("/"),
+                master_urls=tuple(str(url).rstrip("/") for url in data.get("master_urls") or ()),
                 under_store_url=str(data.get("under_store_url", "")).rstrip("/"),
                 timeout_s=float(data.get("timeout_s", 10.0)),
                 retry_down_after_s=float(data.get("retry_down_after_s", 10.0)),
@@ -108,6 +112,12 @@ class CacheConfig:
                 f"{source}: {exc!r}; it needs root_ufs and workers [{{name, proxy_url}}] "
                 "(roles/alluxio writes it on every node; see docs/delivery.md)"
             ) from None
+
+    def masters(self) -> tuple[str, ...]:
+        """The masters' web URLs to ask, in order: ``master_urls``, or the one ``master_url``."""
+        if self.master_urls:
+            return self.master_urls
+        return (self.master_url,) if self.master_url else ()
 
     @classmethod
     def load(cls, path: str | Path = DEFAULT_CONFIG) -> CacheConfig:
@@ -130,6 +140,7 @@ class CacheConfig:
             "page_size": self.geometry.page_size,
             "pages_per_range": self.geometry.pages_per_range,
             "master_url": self.master_url,
+            "master_urls": list(self.masters()),
             "under_store_url": self.under_store_url,
             "timeout_s": self.timeout_s,
             "retry_down_after_s": self.retry_down_after_s,

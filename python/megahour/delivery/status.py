@@ -178,17 +178,12 @@ def collect(
 ) -> CacheStatus:
     """The master's and workers' view (``get_json``: ``web_reader(config)`` unless given), and each proxy
     asked with this client's key (``check_proxy``: ``HttpTransport.proxy_check`` unless given)."""
-    if not config.master_url:
+    masters = config.masters()
+    if not masters:
         raise DeliveryError("the cache config has no master_url: deploy roles/alluxio again")
     if get_json is None:
         get_json = web_reader(config)
-    try:
-        info = get_json(f"{config.master_url}/api/v1/master/info", config.timeout_s)
-    except (OSError, urllib.error.URLError, ValueError) as exc:
-        raise DeliveryError(
-            f"the Alluxio master at {config.master_url} did not answer ({exc}); "
-            "check `systemctl status alluxio-master` on the controller"
-        ) from None
+    leader, info = find_leader(masters, get_json, config.timeout_s)
     metrics: dict[str, dict | None] = {}
     for worker in config.workers:
         parts = urllib.parse.urlsplit(worker.proxy_url)
@@ -201,4 +196,28 @@ def collect(
     if check_proxy is None:
         check_proxy = HttpTransport(config).proxy_check
     proxies = {worker.name: check_proxy(worker) for worker in config.workers}
-    return summarize(config, config.master_url, info, metrics, proxies)
+    return summarize(config, leader, info, metrics, proxies)
+
+
+def find_leader(
+    masters: tuple[str, ...], get_json: Callable[[str, float], dict], timeout_s: float
+) -> tuple[str, dict]:
+    """The first master whose web port answers, and its ``/api/v1/master/info``. Alluxio's standby masters
+    serve no web port, so with an embedded-journal quorum the one that answers is the leader; while a new
+    leader is being elected none answers."""
+    errors = []
+    for url in masters:
+        try:
+            return url, get_json(f"{url}/api/v1/master/info", timeout_s)
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            errors.append(f"{url}: {exc}")
+    if len(masters) == 1:
+        raise DeliveryError(
+            f"the Alluxio master at {masters[0]} did not answer ({errors[0].split(': ', 1)[1]}); "
+            "check `systemctl status alluxio-master` on the controller"
+        )
+    raise DeliveryError(
+        f"no Alluxio master answered ({'; '.join(errors)}); a leader needs a quorum ({len(masters) // 2 + 1} "
+        f"of {len(masters)} masters) up: check `systemctl status alluxio-master` on each master host, "
+        "or wait for the election to end"
+    )

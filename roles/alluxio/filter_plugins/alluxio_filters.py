@@ -86,6 +86,9 @@ def alluxio_ha_site(master_addresses: Sequence[str], ports: Mapping[str, int | s
         "alluxio.master.rpc.addresses": ",".join(
             f"{address}:{ports['master_rpc']}" for address in master_addresses
         ),
+        # Only the leader serves its web port (Alluxio's default, pinned): `megahour cache status` takes the
+        # first master that answers for the leader.
+        "alluxio.standby.master.web.enabled": "false",
     }
 
 
