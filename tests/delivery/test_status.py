@@ -118,9 +118,7 @@ def test_with_three_masters_the_first_that_answers_is_the_leader() -> None:
 def test_the_master_list_falls_back_to_the_one_master_url() -> None:
     assert CONFIG.masters() == ("http://10.89.0.55:19999",)
     assert CacheConfig(root_ufs="/x", workers=()).masters() == ()
-    loaded = CacheConfig.from_dict(
-        {**CONFIG.to_dict(), "master_urls": ["http://a:19999/", "http://b:19999"]}
-    )
+    loaded = CacheConfig.from_dict({**CONFIG.to_dict(), "master_urls": ["http://a:19999/", "http://b:19999"]})
     assert loaded.masters() == ("http://a:19999", "http://b:19999")
     assert CacheConfig.from_dict(loaded.to_dict()) == loaded
     with pytest.raises(DeliveryError, match="no master_url"):
