@@ -94,6 +94,8 @@ def test_three_masters_list_every_journal_and_rpc_address_in_order(f):
         "alluxio.master.embedded.journal.addresses": "10.88.0.21:19200,10.88.0.22:19200,10.88.0.23:19200",
         "alluxio.master.rpc.addresses": "10.88.0.21:19998,10.88.0.22:19998,10.88.0.23:19998",
         "alluxio.standby.master.web.enabled": "false",
+        "alluxio.master.embedded.journal.election.timeout.min": "3s",
+        "alluxio.master.embedded.journal.election.timeout.max": "6s",
     }
     five = [f"m{i}" for i in range(5)]
     site = f["alluxio_ha_site"](five, {"master_raft": "3", "master_rpc": "1"})
