@@ -89,10 +89,10 @@ def alluxio_ha_site(master_addresses: Sequence[str], ports: Mapping[str, int | s
         # Only the leader serves its web port (Alluxio's default, pinned): `megahour cache status` takes the
         # first master that answers for the leader.
         "alluxio.standby.master.web.enabled": "false",
-        # A new leader is elected within 3-6 s of the last one's silence instead of Alluxio's 10-20 s: reads
-        # through the cache stalled 14.9 s with these and 26.3 s with Alluxio's, against 17.6 s for one
-        # master restarted by systemd (benchmarks/cache_failover.py, docs/benchmarks.md). A GC pause past
-        # 3 s costs at most a needless election. alluxio_site_config overrides both.
+        # A new leader is elected within 3-6 s of the last one's silence instead of Alluxio's 10-20 s: a
+        # master served again 9-15 s after a leader kill with these, 26-28 s with Alluxio's, against 14-16 s
+        # for one master restarted by systemd (benchmarks/cache_failover.py, docs/benchmarks.md). A GC pause
+        # past 3 s costs at most a needless election. alluxio_site_config overrides both.
         "alluxio.master.embedded.journal.election.timeout.min": "3s",
         "alluxio.master.embedded.journal.election.timeout.max": "6s",
     }
