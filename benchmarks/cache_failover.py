@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import itertools
 import json
 import os
 import shutil
@@ -339,6 +340,9 @@ def run_setup(label: str, masters: int, args, dist: Path, workdir: Path, role_ha
     root.mkdir()
     tier = Tier(root=root, dist=dist, java=args.java, masters=masters, role_ha=role_ha)
     objects = make_objects(tier.ufs, args.objects, args.object_mb * PAGE)
+    reads: list[Read] = []
+    stop = threading.Event()
+    thread: threading.Thread | None = None
     try:
         console.print(f"[bold]{label}[/]: starting {masters} master(s), a worker and a proxy")
         for name, daemon in tier.daemons.items():
@@ -366,8 +370,6 @@ def run_setup(label: str, masters: int, args, dist: Path, workdir: Path, role_ha
         for name, data in objects.items():
             if get(f"{tier.proxy_url}/{BUCKET}/{name}", None, 60.0) != data:
                 raise SystemExit(f"{label}: {name} read through the proxy differs from the file")
-        reads: list[Read] = []
-        stop = threading.Event()
         thread = threading.Thread(target=reader, args=(tier, objects, stop, reads, args.read_timeout))
         thread.start()
         time.sleep(args.before)
@@ -390,9 +392,11 @@ def run_setup(label: str, masters: int, args, dist: Path, workdir: Path, role_ha
             timeout=args.timeout,
         )
         time.sleep(args.after)
-        stop.set()
-        thread.join()
     finally:
+        # Also on an error: the reader would otherwise retry forever and keep the process alive.
+        stop.set()
+        if thread is not None:
+            thread.join()
         tier.stop_all()
     return {
         "masters": masters,
@@ -406,12 +410,16 @@ def run_setup(label: str, masters: int, args, dist: Path, workdir: Path, role_ha
 
 
 def read_figures(reads: list[Read], killed_at: float) -> dict:
-    """The reads' stall around the kill (from the last read completed before it to the first completed
-    after it, whenever that one started), their count, failures, wrong bytes, and the median before."""
+    """The reads' longest stall from the kill on (the longest gap between two reads completed one after the
+    other, from the last read completed before the kill to the end of the run: a stall that begins only
+    after a few more reads counts too), their count, failures, wrong bytes, and the median before."""
     completions = sorted(r.end for r in reads if r.ok)
-    last_before = max((end for end in completions if end <= killed_at), default=None)
-    first_after = min((end for end in completions if end > killed_at), default=None)
-    stall = first_after - last_before if last_before is not None and first_after is not None else None
+    before = [end for end in completions if end <= killed_at]
+    after = [end for end in completions if end > killed_at]
+    stall = None
+    if before and after:
+        window = [before[-1], *after]
+        stall = max(b - a for a, b in itertools.pairwise(window))
     latencies = sorted(r.end - r.start for r in reads if r.ok and r.end <= killed_at)
     return {
         "read_stall_s": round(stall, 2) if stall is not None else None,

@@ -29,6 +29,17 @@ def test_the_stall_runs_from_the_last_read_before_the_kill_to_the_first_after():
     assert figures["read_p50_ms_before"] == 100.0
 
 
+def test_a_stall_that_begins_a_few_reads_after_the_kill_counts():
+    reads = [
+        bench.Read(0.0, 0.1, True),
+        bench.Read(0.1, 1.2, True),  # in flight at the kill (1.0)
+        bench.Read(1.2, 1.3, True),
+        bench.Read(1.3, 16.3, True),  # the client needed the master here
+        bench.Read(16.3, 16.4, True),
+    ]
+    assert bench.read_figures(reads, killed_at=1.0)["read_stall_s"] == 15.0
+
+
 def test_failures_and_wrong_bytes_are_counted_apart_and_no_recovery_is_no_stall():
     reads = [
         bench.Read(0.0, 0.1, True),
