@@ -90,7 +90,7 @@ def alluxio_ha_site(master_addresses: Sequence[str], ports: Mapping[str, int | s
         # first master that answers for the leader.
         "alluxio.standby.master.web.enabled": "false",
         # A new leader is elected within 3-6 s of the last one's silence instead of Alluxio's 10-20 s: a
-        # master served again 9-15 s after a leader kill with these, 26-28 s with Alluxio's, against 14-16 s
+        # master served again 9-16 s after a leader kill with these, 26-31 s with Alluxio's, against 14-16 s
         # for one master restarted by systemd (benchmarks/cache_failover.py, docs/benchmarks.md). A GC pause
         # past 3 s costs at most a needless election. alluxio_site_config overrides both.
         "alluxio.master.embedded.journal.election.timeout.min": "3s",
