@@ -134,3 +134,21 @@ def test_a_warm_that_no_worker_served_says_it_cached_nothing(tuned_episodes) -> 
     none = warm(CacheClient(client.config, transport, clock=FakeClock()), warm_plan)
     assert none.worker_bytes == 0 and none.bytes == healthy.bytes and none.cached_nothing
     assert none.to_dict()["worker_bytes"] == 0
+
+
+def test_simulated_steps_report_the_total_and_the_longest_single_wait(monkeypatch):
+    import megahour.delivery.loader as loader_module
+
+    clock = [0.0]
+    delays = iter([0.5, 3.0, 0.25])
+
+    def items():
+        for i in range(3):
+            clock[0] += next(delays)  # the time the step waited for this item
+            yield i
+
+    monkeypatch.setattr(loader_module.time, "perf_counter", lambda: clock[0])
+    report = loader_module.simulate_steps(items(), 1.0, sleep=lambda s: clock.__setitem__(0, clock[0] + s))
+    assert report.steps == 3
+    assert report.wait_s == 3.75 and report.max_wait_s == 3.0
+    assert report.to_dict()["max_wait_s"] == 3.0 and report.total_s == 6.75

@@ -120,3 +120,38 @@ def test_site_properties_later_dicts_win_and_none_drops_a_key(f):
     assert merged == {"b": "host", "nested": {"other": 2}, "new": "y"}
     assert defaults == {"a": 1, "b": "x", "nested": {"k": 1}, "gone": None}  # inputs untouched
     assert f["alluxio_site_properties"]({"a": 1}) == {"a": 1}
+
+
+def test_a_journal_records_the_masters_its_marker_names_sorted(f):
+    marker = "10.0.0.3\n10.0.0.1\n\n10.0.0.2\n"
+    assert f["alluxio_journal_members"](marker, 5, "10.0.0.1") == ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+
+
+def test_a_journal_without_a_marker_was_formed_by_its_own_master_alone(f):
+    # what every release before the marker left: one master's journal
+    assert f["alluxio_journal_members"](None, "3", "10.0.0.1") == ["10.0.0.1"]
+
+
+@pytest.mark.parametrize("marker", [None, "", "\n"])
+def test_an_empty_journal_records_no_set(f, marker):
+    assert f["alluxio_journal_members"](marker, 0, "10.0.0.1") == []
+
+
+def test_journals_that_agree_or_are_new_are_no_mismatch(f):
+    configured = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    recorded = {"ctl": ["10.0.0.3", "10.0.0.1", "10.0.0.2"], "gpu-2": [], "gpu-3": []}
+    assert f["alluxio_journal_mismatch"](recorded, configured) == {}
+
+
+def test_growing_one_master_to_three_is_a_mismatch_on_the_old_master_only(f):
+    configured = ["10.0.0.1", "10.0.0.2", "10.0.0.3"]
+    recorded = {"ctl": ["10.0.0.1"], "gpu-2": [], "gpu-3": []}
+    assert f["alluxio_journal_mismatch"](recorded, configured) == {"ctl": ["10.0.0.1"]}
+
+
+def test_replacing_a_master_is_a_mismatch_on_every_old_one(f):
+    recorded = {"a": ["1", "2", "3"], "b": ["1", "2", "3"], "d": []}
+    assert f["alluxio_journal_mismatch"](recorded, ["1", "2", "4"]) == {
+        "a": ["1", "2", "3"],
+        "b": ["1", "2", "3"],
+    }

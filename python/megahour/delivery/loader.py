@@ -244,6 +244,8 @@ class StepReport:
     step_time_s: float = 0.0
     wait_s: float = 0.0
     total_s: float = 0.0
+    # The longest a single step waited: a stall (a cache failover) that the total spreads thin.
+    max_wait_s: float = 0.0
 
     @property
     def data_wait_fraction(self) -> float:
@@ -254,6 +256,7 @@ class StepReport:
             "steps": self.steps,
             "step_time_s": self.step_time_s,
             "wait_s": round(self.wait_s, 4),
+            "max_wait_s": round(self.max_wait_s, 4),
             "total_s": round(self.total_s, 4),
             "data_wait_fraction": round(self.data_wait_fraction, 5),
         }
@@ -322,7 +325,9 @@ def simulate_steps(
             item = next(iterator)
         except StopIteration:
             break
-        report.wait_s += time.perf_counter() - asked
+        waited = time.perf_counter() - asked
+        report.wait_s += waited
+        report.max_wait_s = max(report.max_wait_s, waited)
         if on_item is not None:
             on_item(item)
         sleep(step_time_s)

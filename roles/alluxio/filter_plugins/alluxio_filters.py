@@ -8,6 +8,8 @@
 - ``alluxio_worker_site``: a worker's page-store directories and sizes.
 - ``alluxio_site_properties``: settings combined left to right, a key set to None dropped.
 - ``alluxio_tree_digest``: a digest of a source tree (the S3 authenticator's), so its jar is built once each.
+- ``alluxio_journal_members``: the master set a master's journal was formed with (tasks/journal.yml).
+- ``alluxio_journal_mismatch``: the masters whose journal was formed with another master set.
 """
 
 from __future__ import annotations
@@ -116,6 +118,32 @@ def alluxio_site_properties(base: Mapping, *overrides: Mapping) -> dict:
     return {key: value for key, value in merged.items() if value is not None}
 
 
+def alluxio_journal_members(marker: str | None, journal_entries: int | str, own_address: str) -> list[str]:
+    """The master addresses a master's embedded journal was formed with: those its marker file names (one a
+    line, as tasks/journal.yml writes it); without a marker, a journal that holds anything was formed by this
+    master alone (every megahour release before the marker deployed one master); an empty or missing
+    journal, none (a fresh master joins whatever set it is configured with)."""
+    if marker is not None and marker.strip():
+        return sorted({line.strip() for line in marker.splitlines() if line.strip()})
+    if int(journal_entries) > 0:
+        return [own_address]
+    return []
+
+
+def alluxio_journal_mismatch(
+    recorded: Mapping[str, Sequence[str]], configured: Sequence[str]
+) -> dict[str, list[str]]:
+    """host -> the master set its journal records, for each master whose journal was formed with another set
+    than ``configured`` (Raft keeps its members in the log: such a quorum cannot form). Empty when every
+    journal agrees or is new."""
+    want = sorted(set(configured))
+    return {
+        host: sorted(members)
+        for host, members in sorted(recorded.items())
+        if members and sorted(set(members)) != want
+    }
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -127,4 +155,6 @@ class FilterModule:
             "alluxio_worker_site": alluxio_worker_site,
             "alluxio_site_properties": alluxio_site_properties,
             "alluxio_tree_digest": alluxio_tree_digest,
+            "alluxio_journal_members": alluxio_journal_members,
+            "alluxio_journal_mismatch": alluxio_journal_mismatch,
         }
