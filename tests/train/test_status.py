@@ -38,6 +38,7 @@ def test_attempts_and_their_figures_come_from_the_logs(run_dir) -> None:
     assert (second.first_step, second.step, second.resumed_from, second.ended) == (3, 5, 2, "end")
     assert second.loss == pytest.approx(0.2) and second.step_seconds_mean == pytest.approx(0.2)
     assert second.data_wait_fraction == pytest.approx(0.05) and second.samples_per_second == pytest.approx(80)
+    assert second.data_wait_max_seconds == pytest.approx(0.01)  # the longest step's, not their sum
     assert second.strategy == "world" and second.device == "cpu"
 
 

@@ -44,6 +44,7 @@ class AttemptStatus:
     step_seconds: float | None = None  # of its last step
     step_seconds_mean: float | None = None  # over its steps
     data_wait_fraction: float | None = None  # over its steps: waiting time / step time
+    data_wait_max_seconds: float | None = None  # the longest one step waited (a cache failover's stall)
     samples_per_second: float | None = None  # over its steps
     mfu: float | None = None  # of its last step, where known
     ended: str | None = None  # "end", "injected failure"; None: still running, or killed
@@ -145,6 +146,7 @@ def summarize_attempt(attempt: int, lines: Iterable[str], where: str = "metrics.
         step_seconds=last.get("seconds"),
         step_seconds_mean=seconds / len(steps),
         data_wait_fraction=waited / seconds if seconds > 0 else None,
+        data_wait_max_seconds=max(float(r.get("data_wait_seconds", 0.0)) for r in steps),
         samples_per_second=samples / seconds if seconds > 0 else None,
         mfu=last.get("mfu"),
         ended=ended,
