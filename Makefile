@@ -16,6 +16,9 @@ TEST_WORKERS ?= 2
 REMOTE_STORE ?=
 # BACKUP_CONTROLLER=1: add `ctl2`, a backup slurmctld (docs/resilience.md).
 BACKUP_CONTROLLER ?=
+# CACHE_MASTERS=3: three Alluxio masters (ctl, gpu-1, gpu-2), an HA embedded journal (docs/delivery.md). On a
+# cluster deployed with one, deploy once with `megahour deploy -i inventories/local -e alluxio_journal_reset=true`.
+CACHE_MASTERS ?= 1
 # TRAIN=1: install the trainer (torch, about 3.5 GB) on the compute nodes (docs/training.md).
 TRAIN ?=
 DEPLOY_VARS := $(if $(TRAIN),-e runtime_train=true)
@@ -61,7 +64,7 @@ image: prereqs ## Build the node image (cached by recipe)
 	megahour cluster image
 
 up: prereqs ## Stand up the local cluster and deploy site.yml onto it
-	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(REMOTE_STORE),--remote-store) $(if $(BACKUP_CONTROLLER),--backup-controller)
+	megahour cluster up --nodes $(NODES) --gpus-per-node $(GPUS_PER_NODE) $(if $(REMOTE_STORE),--remote-store) $(if $(BACKUP_CONTROLLER),--backup-controller) --cache-masters $(CACHE_MASTERS)
 	megahour deploy -i inventories/local $(DEPLOY_VARS)
 	megahour cluster status
 

@@ -2,6 +2,7 @@ import pytest
 import yaml
 
 from megahour.cluster.spec import (
+    CACHE_MASTER_LABEL,
     CACHE_MOUNT,
     EXPECTED_SERVICES,
     SHARED_MOUNT,
@@ -136,3 +137,21 @@ def test_a_backup_controller_is_the_controller_group_s_second_host_and_runs_noth
     assert list(
         ClusterSpec().inventory()["all"]["children"]["cluster"]["children"]["controller"]["hosts"]
     ) == ["ctl"]
+
+
+def test_three_cache_masters_are_ctl_and_the_first_compute_nodes_in_an_alluxio_master_group():
+    spec = ClusterSpec(compute_nodes=3, cache_masters=3)
+    groups = spec.inventory()["all"]["children"]
+    assert list(groups["alluxio_master"]["hosts"]) == ["ctl", "gpu-1", "gpu-2"]
+    # `cluster status` expects a master on the compute containers that run one, by their label
+    labelled = [h.name for h in spec.hosts if f"{CACHE_MASTER_LABEL}=1" in spec.run_args(h)]
+    assert labelled == ["gpu-1", "gpu-2"]
+    # one master (the default) needs no group: the role's default is the first controller
+    assert "alluxio_master" not in ClusterSpec().inventory()["all"]["children"]
+    assert not any(f"{CACHE_MASTER_LABEL}=1" in ClusterSpec().run_args(h) for h in ClusterSpec().hosts)
+
+
+@pytest.mark.parametrize("masters,nodes", [(2, 2), (0, 2), (4, 2)])
+def test_a_cache_master_count_without_a_quorum_or_hosts_names_the_flag(masters, nodes):
+    with pytest.raises(SpecError, match="--cache-masters 1, or 3 to --nodes"):
+        ClusterSpec(compute_nodes=nodes, cache_masters=masters)

@@ -74,6 +74,12 @@ def register(subparsers: cliutil.Subparsers) -> None:
         action="store_true",
         help="add `ctl2`, a backup slurmctld that takes over when ctl's stops answering (docs/resilience.md)",
     )
+    p.add_argument(
+        "--cache-masters",
+        type=int,
+        default=1,
+        help="Alluxio masters: 1 (on ctl), or 3 or more: ctl and the first compute nodes (docs/delivery.md)",
+    )
     p.add_argument("--inventory", default=str(DEFAULT_LOCAL_INVENTORY), help="generated inventory file")
     p = cliutil.add_command(
         cluster,
@@ -124,6 +130,7 @@ def _spec(args: argparse.Namespace):
         gpu_model=args.gpu_model,
         remote_store=args.remote_store,
         backup_controller=args.backup_controller,
+        cache_masters=args.cache_masters,
     )
 
 

@@ -16,6 +16,7 @@ from megahour.atomicio import atomic_write_text
 from megahour.cluster import podman
 from megahour.cluster.images import DEFAULT_SUITE, BaseRecipe, NodeRecipe, debian_mirror_from_sources
 from megahour.cluster.spec import (
+    CACHE_MASTER_LABEL,
     CACHE_MOUNT,
     CLUSTER_LABEL,
     EXPECTED_SERVICES,
@@ -243,7 +244,10 @@ def status(spec_name: str) -> list[HostStatus]:
         )
         if running:
             host.systemd = podman.exec_in(name, ["systemctl", "is-system-running"]).stdout.decode().strip()
-            for service in EXPECTED_SERVICES.get(role, ()):
+            expected = EXPECTED_SERVICES.get(role, ())
+            if info["Config"]["Labels"].get(CACHE_MASTER_LABEL):
+                expected += ("alluxio-master",)
+            for service in expected:
                 proc = podman.exec_in(name, ["systemctl", "is-active", service])
                 host.services[service] = proc.stdout.decode().strip() or "unknown"
         result.append(host)

@@ -11,6 +11,8 @@ import yaml
 
 CLUSTER_LABEL = "megahour.cluster"
 ROLE_LABEL = "megahour.role"
+# On a compute container that also runs an Alluxio master (--cache-masters 3): `cluster status` expects it.
+CACHE_MASTER_LABEL = "megahour.cache-master"
 CONTROLLER_NAME = "ctl"
 # The backup slurmctld (`cluster up --backup-controller`): the controller group's second host.
 BACKUP_CONTROLLER_NAME = "ctl2"
@@ -105,6 +107,8 @@ class ClusterSpec:
     image: str = "localhost/megahour-node:latest"
     remote_store: bool = False
     backup_controller: bool = False
+    # Alluxio masters: 1 (on ctl), or 3 or more (ctl and the first compute nodes), an HA embedded journal.
+    cache_masters: int = 1
     hosts: tuple[HostSpec, ...] = field(init=False)
 
     @property
@@ -124,6 +128,11 @@ class ClusterSpec:
             )
         if not 0 <= self.gpus_per_node <= 8:
             raise SpecError(f"gpus_per_node={self.gpus_per_node}: pass --gpus-per-node between 0 and 8")
+        if self.cache_masters != 1 and not 3 <= self.cache_masters <= self.compute_nodes + 1:
+            raise SpecError(
+                f"cache_masters={self.cache_masters}: pass --cache-masters 1, or 3 to --nodes + 1 (ctl and "
+                "the first compute nodes; two masters cannot keep a Raft quorum when one fails)"
+            )
         hosts = [HostSpec(CONTROLLER_NAME, "controller")]
         if self.backup_controller:
             hosts.append(HostSpec(BACKUP_CONTROLLER_NAME, "backup-controller"))
@@ -134,6 +143,12 @@ class ClusterSpec:
         if self.remote_store:
             hosts.append(HostSpec(STORE_NAME, "storage"))
         object.__setattr__(self, "hosts", tuple(hosts))
+
+    @property
+    def cache_master_hosts(self) -> list[str]:
+        """The Alluxio masters: ctl, then the first compute nodes (the `alluxio_master` group)."""
+        compute = [h.name for h in self.hosts if h.role == "compute"]
+        return [CONTROLLER_NAME, *compute[: self.cache_masters - 1]]
 
     def cache_volume(self, host: HostSpec) -> str | None:
         """The named volume that stands in for ``host``'s NVMe cache volume; compute hosts only."""
@@ -158,6 +173,8 @@ class ClusterSpec:
             "--volume",
             f"{self.shared_volume}:{SHARED_MOUNT}",
         ]
+        if host.role == "compute" and host.name in self.cache_master_hosts:
+            args += ["--label", f"{CACHE_MASTER_LABEL}=1"]
         volume = self.cache_volume(host)
         if volume:
             args += ["--volume", f"{volume}:{CACHE_MOUNT}"]
@@ -194,6 +211,7 @@ class ClusterSpec:
                         },
                     },
                     **self._storage_group(),
+                    **self._cache_master_group(),
                     # The ClickHouse warehouse (roles/warehouse) runs on the controller container.
                     "warehouse": {"hosts": dict(controller)},
                     # Airflow (roles/airflow) runs on the controller container as well: it only
@@ -202,6 +220,12 @@ class ClusterSpec:
                 }
             }
         }
+
+    def _cache_master_group(self) -> dict:
+        """With three or more masters, the `alluxio_master` group (roles/alluxio); one master needs none."""
+        if self.cache_masters == 1:
+            return {}
+        return {"alluxio_master": {"hosts": {name: None for name in self.cache_master_hosts}}}
 
     def _storage_group(self) -> dict:
         """The `storage` group (roles/understore), outside `cluster`: it runs no Slurm or cache daemon."""
