@@ -16,8 +16,9 @@ TEST_WORKERS ?= 2
 REMOTE_STORE ?=
 # BACKUP_CONTROLLER=1: add `ctl2`, a backup slurmctld (docs/resilience.md).
 BACKUP_CONTROLLER ?=
-# CACHE_MASTERS=3: three Alluxio masters (ctl, gpu-1, gpu-2), an HA embedded journal (docs/delivery.md). On a
-# cluster deployed with one, deploy once with `megahour deploy -i inventories/local -e alluxio_journal_reset=true`.
+# CACHE_MASTERS=3: three Alluxio masters (ctl, gpu-1, gpu-2), an HA embedded journal (docs/delivery.md), on a
+# new cluster (`make down` first: `cluster status` reads which containers run a master from their labels).
+# Each later `make up` needs the same CACHE_MASTERS: another count is a changed master set, refused.
 CACHE_MASTERS ?= 1
 # TRAIN=1: install the trainer (torch, about 3.5 GB) on the compute nodes (docs/training.md).
 TRAIN ?=

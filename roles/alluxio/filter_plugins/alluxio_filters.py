@@ -8,7 +8,7 @@
 - ``alluxio_worker_site``: a worker's page-store directories and sizes.
 - ``alluxio_site_properties``: settings combined left to right, a key set to None dropped.
 - ``alluxio_tree_digest``: a digest of a source tree (the S3 authenticator's), so its jar is built once each.
-- ``alluxio_journal_members``: the master set a master's journal was formed with (tasks/journal.yml).
+- ``alluxio_journal_members``: the master set a host's journal was formed with (tasks/journal_check.yml).
 - ``alluxio_journal_mismatch``: the masters whose journal was formed with another master set.
 """
 
