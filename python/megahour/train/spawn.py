@@ -57,9 +57,9 @@ def _entry(
     os.environ.update(env)
     torch.set_num_threads(1)
     try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=topology.world_size
-        )
+        # A client of the store the parent holds open for the world's life (run_local_world).
+        store = dist.TCPStore("127.0.0.1", port, topology.world_size, is_master=False)
+        dist.init_process_group("gloo", store=store, rank=rank, world_size=topology.world_size)
         try:
             results.put((rank, "ok", target(rank=rank, topology=topology, **kwargs)))
         finally:
@@ -73,11 +73,16 @@ def run_local_world(
     topology: Topology, target: Callable[..., Any], timeout_s: float = 300.0, **kwargs: Any
 ) -> list[Any]:
     """``target(rank=, topology=, **kwargs)`` on every rank; returns the results in rank order."""
+    import torch.distributed as dist
     import torch.multiprocessing as mp
 
     ctx = mp.get_context("spawn")
     results = ctx.Queue()
-    port = free_port()
+    # The rendezvous store, bound here to a port the kernel picks and held until the world ends. A port
+    # merely found free and handed to rank 0 could be taken by another world first: two test processes
+    # did once, and their ranks met in one store (CI: "ranks chose different Muon strategies").
+    store = dist.TCPStore("127.0.0.1", 0, None, is_master=True, wait_for_workers=False)
+    port = store.port
     # Not daemonic: a rank starts DataLoader worker processes, which a daemonic process may not have.
     # The ``finally`` below kills whatever is left.
     procs = [
@@ -116,6 +121,7 @@ def run_local_world(
             if p.is_alive():
                 p.kill()
                 p.join()
+        del store  # closes the listening port
     if errors:
         raise LocalWorldError("\n".join(errors))
     return [answers[r] for r in range(topology.world_size)]
