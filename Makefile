@@ -20,6 +20,9 @@ BACKUP_CONTROLLER ?=
 # new cluster (`make down` first: `cluster status` reads which containers run a master from their labels).
 # Each later `make up` needs the same CACHE_MASTERS: another count is a changed master set, refused.
 CACHE_MASTERS ?= 1
+# The molecule scenarios' lanes, run at once (tests/molecule/lanes.py): a pytest -k expression a lane, its
+# scenarios one after the other. One lane runs them all in turn: MOLECULE_LANES="'cluster or faults or warehouse'".
+MOLECULE_LANES ?= cluster 'faults or warehouse'
 # TRAIN=1: install the trainer (torch, about 3.5 GB) on the compute nodes (docs/training.md).
 TRAIN ?=
 DEPLOY_VARS := $(if $(TRAIN),-e runtime_train=true)
@@ -89,18 +92,19 @@ unit: venv-dev ## Unit and property tests (no containers)
 integration: venv-dev ## Tests that run ansible-playbook/ansible-inventory locally
 	pytest -m integration -n $(TEST_WORKERS)
 
-molecule: prereqs venv-dev ## The molecule scenarios (cluster, faults, warehouse); one with: pytest -m molecule -k NAME
-	pytest -m molecule
+molecule: prereqs venv-dev ## The molecule scenarios (cluster, faults, warehouse) in two lanes; one with: pytest -m molecule -k NAME
+	python -m tests.molecule.lanes $(MOLECULE_LANES)
 
-# Two pytest runs, one after the other (docs/local-cluster.md): the tests that need no containers spread
-# over TEST_WORKERS processes (most are one-threaded), then the scenarios, which keep both cores busy alone
-# (measured). Both always run; the exit status is the first failure's.
+# Two steps, one after the other (docs/local-cluster.md): the tests that need no containers spread over
+# TEST_WORKERS processes (most are one-threaded), then the scenarios in their lanes, `cluster` beside
+# `faults` and `warehouse` (measured: one's deploys fill the other's waits). Both always run; the exit
+# status is the first failure's.
 test: prereqs venv-dev lint ## Everything: lint, unit, integration and molecule; each run ends with pytest's summary
 	@status=0; \
 	echo "==> pytest -m 'not molecule' -n $(TEST_WORKERS)"; \
 	pytest -m "not molecule" -n $(TEST_WORKERS) || status=$$?; \
-	echo "==> pytest -m molecule"; \
-	pytest -m molecule || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
+	echo "==> the molecule scenarios, lanes at once: $(MOLECULE_LANES)"; \
+	python -m tests.molecule.lanes $(MOLECULE_LANES) || { rc=$$?; [ $$status != 0 ] || status=$$rc; }; \
 	exit $$status
 
 bench-deploy: prereqs ## Time `make up` on a cold and a warm image cache
