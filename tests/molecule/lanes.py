@@ -20,10 +20,9 @@ import subprocess
 import sys
 import threading
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[2]
-BIN = Path(sys.executable).parent
+from tests.conftest import BIN, REPO
+
 DEFAULT_LANES = ("cluster", "faults or warehouse")
 
 
