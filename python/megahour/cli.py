@@ -17,6 +17,7 @@ AREAS = (
     "health",
     "run",
     "sweep",
+    "metrics",
     "backup",
     "episodes",
     "robotlogs",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,11 @@ REQUIRED_COMMANDS: dict[str, str] = {  # command -> Debian package
     "mvn": "maven",
     "javac": "default-jdk-headless",
 }
+# Tools the tests run that Debian ships only inside a package that also installs and starts a daemon:
+# the binary alone is taken out of the package (`apt-get download`, `dpkg-deb`) into TOOLS_DIR, so this
+# host gets no Prometheus server. promtool tests the alert rules and lints the collectors' output.
+EXTRACTED_TOOLS: dict[str, tuple[str, str]] = {"promtool": ("prometheus", "./usr/bin/promtool")}
+TOOLS_DIR = Path("/usr/local/libexec/megahour")
 DROPIN_PATH = Path("/etc/containers/containers.conf.d/50-megahour.conf")
 DROPIN_TEXT = """\
 # Managed by megahour (`megahour host prereqs --install`); edits are overwritten.
@@ -45,17 +51,22 @@ runtime = "runc"
 @dataclass
 class PrereqReport:
     missing_commands: list[str] = field(default_factory=list)
+    missing_tools: list[str] = field(default_factory=list)
     dropin_ok: bool = False
     dropin: Path = DROPIN_PATH
 
     @property
     def ok(self) -> bool:
-        return not self.missing_commands and self.dropin_ok
+        return not self.missing_commands and not self.missing_tools and self.dropin_ok
 
     def describe(self) -> list[str]:
         lines = []
         for cmd in self.missing_commands:
             lines.append(f"missing command `{cmd}` (Debian/Ubuntu package: {REQUIRED_COMMANDS[cmd]})")
+        for tool in self.missing_tools:
+            lines.append(
+                f"missing `{tool}` (from the Debian package {EXTRACTED_TOOLS[tool][0]}, into {TOOLS_DIR})"
+            )
         if not self.dropin_ok:
             lines.append(f"podman settings missing: {self.dropin} must contain the megahour drop-in")
         return lines
@@ -64,11 +75,18 @@ class PrereqReport:
 def check(dropin: Path = DROPIN_PATH) -> PrereqReport:
     report = PrereqReport(dropin=dropin)
     report.missing_commands = [c for c in REQUIRED_COMMANDS if shutil.which(c) is None]
+    report.missing_tools = [t for t in EXTRACTED_TOOLS if tool_path(t) is None]
     try:
         report.dropin_ok = dropin.read_text() == DROPIN_TEXT
     except OSError:
         report.dropin_ok = False
     return report
+
+
+def tool_path(name: str, tools_dir: Path = TOOLS_DIR) -> str | None:
+    """Where ``name`` is: on PATH (the package installed), else as ``make prereqs`` extracted it."""
+    extracted = tools_dir / name
+    return shutil.which(name) or (str(extracted) if os.access(extracted, os.X_OK) else None)
 
 
 def is_debian_like(os_release: str) -> bool:
@@ -84,7 +102,12 @@ def manual_instructions(report: PrereqReport) -> str:
     return (
         "The local cluster needs podman, runc, debootstrap and xfsprogs, plus podman settings.\n"
         f"  install the packages: {pkgs} (Debian/Ubuntu: apt-get install {pkgs})\n"
-        f"  write {report.dropin} with:\n\n{DROPIN_TEXT}\n"
+        + "".join(
+            f"  extract {EXTRACTED_TOOLS[t][1]} from the package {EXTRACTED_TOOLS[t][0]} to {TOOLS_DIR}/{t} "
+            f"(apt-get download {EXTRACTED_TOOLS[t][0]}; dpkg-deb -x), or install the package\n"
+            for t in report.missing_tools
+        )
+        + f"  write {report.dropin} with:\n\n{DROPIN_TEXT}\n"
         "Or run `make prereqs` as root on a Debian/Ubuntu host, which does both."
     )
 
@@ -97,8 +120,37 @@ def install(report: PrereqReport, log=print, dropin: Path = DROPIN_PATH) -> None
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
         subprocess.run(["apt-get", "install", "-y", "-q", *pkgs], check=True, env=env)
+    for tool in report.missing_tools:
+        log(f"extracting {tool} from the Debian package {EXTRACTED_TOOLS[tool][0]} into {TOOLS_DIR}")
+        extract_tool(tool)
     if atomic_write_text(dropin, DROPIN_TEXT, 0o644):  # every user's podman reads it, whatever root's umask
         log(f"wrote podman settings to {dropin}")
+
+
+def extract_tool(name: str, tools_dir: Path = TOOLS_DIR) -> Path:
+    """Download the package that holds ``name`` and copy that one file out of it (atomically)."""
+    package, member = EXTRACTED_TOOLS[name]
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        # as root, into a directory apt's own account cannot write: say so rather than print a warning
+        subprocess.run(
+            ["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", package], check=True, cwd=work
+        )
+        debs = sorted(work.glob(f"{package}_*.deb"))
+        if not debs:
+            raise RuntimeError(f"apt-get download {package} left no {package}_*.deb in {work}")
+        tree = work / "tree"
+        tree.mkdir()
+        subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(tree)], check=True)
+        source = tree / member
+        if not source.is_file():
+            raise RuntimeError(f"{debs[-1].name} holds no {member}")
+        tools_dir.mkdir(parents=True, exist_ok=True)
+        partial = tools_dir / f".{name}.partial"
+        shutil.copyfile(source, partial)
+        os.chmod(partial, 0o755)
+        os.replace(partial, tools_dir / name)
+    return tools_dir / name
 
 
 def can_install() -> bool:

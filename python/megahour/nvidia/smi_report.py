@@ -54,6 +54,14 @@ class SmiReport:
 
 def parse(text: str) -> SmiReport:
     """The driver version and each GPU's name, persistence mode and fabric state from ``nvidia-smi -q``."""
+    header, blocks = sections(text)
+    return SmiReport(header["Driver Version"], tuple(_gpu(bus_id, fields) for bus_id, fields in blocks))
+
+
+def sections(text: str) -> tuple[dict[str, str], list[tuple[str, dict[str, str]]]]:
+    """The report's header and its GPU blocks, each line keyed by its section path (``ECC Errors/Volatile/
+    DRAM Correctable``). Refuses a report with no driver version or whose blocks do not add up to
+    ``Attached GPUs``."""
     header: dict[str, str] = {}
     blocks: list[tuple[str, dict[str, str]]] = []
     parents: list[tuple[int, str]] = []  # (indent, key) of the open sections above the current line
@@ -88,7 +96,7 @@ def parse(text: str) -> SmiReport:
             f"the report says {attached} GPUs are attached but holds {len(blocks)} GPU blocks "
             "(truncated output, or a GPU filter such as -i)"
         )
-    return SmiReport(driver, tuple(_gpu(bus_id, fields) for bus_id, fields in blocks))
+    return header, blocks
 
 
 def _gpu(bus_id: str, fields: dict[str, str]) -> SmiGpu:

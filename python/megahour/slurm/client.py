@@ -46,6 +46,7 @@ from megahour.slurm.parse import (
     parse_sstat_job_ids,
     sinfo_json_grouped,
 )
+from megahour.slurm.queue import QueuedJob, parse_squeue_queue_json
 
 # Same call shape as subprocess.run; tests inject a fake.
 Runner = Callable[..., subprocess.CompletedProcess[Any]]
@@ -164,6 +165,10 @@ class SlurmClient:
     def job_gpus(self) -> Parsed[JobGpus]:
         """The GPUs each job that may hold resources has on each of its nodes (``squeue --json``)."""
         return parse_squeue_gpus_json(self._run_json(SQUEUE_JSON_ARGS))
+
+    def queue(self) -> Parsed[QueuedJob]:
+        """Every job slurmctld lists, with its partition, state and restarts (``squeue --json``)."""
+        return parse_squeue_queue_json(self._run_json(SQUEUE_JSON_ARGS))
 
     def live_batch_jobs(self, job_ids: Sequence[str]) -> set[str]:
         """Which of ``job_ids`` have a batch step some node's slurmd is running (``sstat``).

@@ -1,0 +1,141 @@
+"""`megahour metrics gpu|slurm`: the textfile collectors the monitoring role runs on a timer."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from megahour import cliutil
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+    from megahour.metrics.textfile import Family
+
+DEFAULT_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
+DEFAULT_HEALTH_CONFIG = "/etc/megahour/health.json"
+
+
+def errors() -> tuple[type[BaseException], ...]:
+    from megahour.health.config import ConfigError
+
+    return (ConfigError,)
+
+
+def register(subparsers: cliutil.Subparsers) -> None:
+    group = cliutil.add_group(
+        subparsers,
+        "metrics",
+        help="write GPU and Slurm metrics for node_exporter's textfile collector",
+        errors=errors,
+    )
+    gpu = cliutil.add_command(
+        group,
+        "gpu",
+        _cmd_gpu,
+        help="read nvidia-smi -q and the kernel log's Xids here; write megahour_gpu.prom",
+        exits={
+            0: "written",
+            1: "nvidia-smi or the kernel log could not be read (the file says so: exporter_ok 0)",
+        },
+    )
+    gpu.add_argument(
+        "--config",
+        default=DEFAULT_HEALTH_CONFIG,
+        help="the health gate's config, for nvidia-smi's path, the kernel-log command and the timeout",
+    )
+    slurm = cliutil.add_command(
+        group,
+        "slurm",
+        _cmd_slurm,
+        help="ask Slurm for node states, GPUs allocated and the queue; write megahour_slurm.prom",
+        exits={0: "written", 1: "a Slurm query failed (the file says so: exporter_ok 0)"},
+    )
+    for p in (gpu, slurm):
+        p.add_argument(
+            "--textfile-dir", default=None, help=f"where to write (default {DEFAULT_TEXTFILE_DIR})"
+        )
+        p.add_argument(
+            "--stdout", action="store_true", help="print the exposition text instead of writing it"
+        )
+        cliutil.add_json_flag(p)
+
+
+def _cmd_gpu(args: argparse.Namespace, console: Console) -> int:
+    from megahour.health import kernel_log
+    from megahour.health.config import load
+    from megahour.health.probes import ProbeError, run
+    from megahour.metrics import gpu
+    from megahour.nvidia import smi_report, telemetry
+
+    config = load(Path(args.config))
+    problems: list[str] = []
+    report = None
+    try:
+        report = telemetry.parse(run([config.nvidia_smi, "-q"], config.probe_timeout_s))
+    except (ProbeError, smi_report.SmiReportError, OSError) as exc:
+        problems.append(f"nvidia-smi -q: {exc}")
+    xids: list[kernel_log.XidEvent] = []
+    kernel_ok = True
+    try:
+        xids = kernel_log.parse(run(list(config.kernel_log_command), config.probe_timeout_s).splitlines())
+    except (ProbeError, OSError) as exc:
+        kernel_ok = False
+        problems.append(f"kernel log: {exc}")
+    families = gpu.families(report, xids, now=time.time(), ok=report is not None, kernel_log_ok=kernel_ok)
+    directory = args.textfile_dir or config.metrics_dir or DEFAULT_TEXTFILE_DIR
+    summary = {"gpus": 0 if report is None else len(report.gpus), "xid_events": len(xids)}
+    return _finish(args, console, gpu.TEXTFILE_NAME, directory, families, problems, summary)
+
+
+def _cmd_slurm(args: argparse.Namespace, console: Console) -> int:
+    from megahour.metrics import slurm
+    from megahour.slurm.client import SlurmClient
+
+    got = slurm.collect(SlurmClient(), time.time())
+    directory = args.textfile_dir or DEFAULT_TEXTFILE_DIR
+    return _finish(
+        args,
+        console,
+        slurm.TEXTFILE_NAME,
+        directory,
+        got.families,
+        got.problems,
+        got.counts,
+        failed=got.failed,
+    )
+
+
+def _finish(
+    args: argparse.Namespace,
+    console: Console,
+    name: str,
+    directory: str,
+    families: list[Family],
+    problems: list[str],
+    summary: dict[str, int | None],
+    *,
+    failed: bool | None = None,
+) -> int:
+    from megahour.metrics import textfile
+
+    failed = bool(problems) if failed is None else failed
+    for problem in problems:
+        print(f"megahour metrics {args.sub}: {problem}", file=sys.stderr)
+    series = sum(len(f.samples) for f in families)
+    if args.stdout:
+        sys.stdout.write(textfile.render(families))
+        return 1 if failed else 0
+    path = textfile.write(directory, name, families)
+    result = {"path": str(path), "ok": not failed, "series": series, **summary, "problems": problems}
+    details = ", ".join(f"{k} {v}" for k, v in summary.items())
+    cliutil.emit(
+        args,
+        console,
+        result,
+        f"wrote {path}: {series} series ({details}){'' if not failed else '; see errors above'}",
+    )
+    return 1 if failed else 0
