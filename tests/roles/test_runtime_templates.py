@@ -163,3 +163,19 @@ def test_extra_environment_is_exported_quoted(render, tmp_path):
     script = render(runtime_train_env={"NCCL_DEBUG": "INFO", "MEGAHOUR_NOTE": "two words"})
     text = script.read_text()
     assert "export NCCL_DEBUG=INFO" in text and "export MEGAHOUR_NOTE='two words'" in text
+
+
+def test_rank_0_writes_its_metrics_where_node_exporter_reads_when_the_user_may(render, tmp_path):
+    textfile = tmp_path / "textfile"
+    textfile.mkdir()
+    script = render(runtime_venv=str(tmp_path / "venv"), runtime_train_textfile_dir=str(textfile))
+    out, _ = _run_with_stubs(script, tmp_path)
+    assert _env(out / "train-env")["MEGAHOUR_TRAIN_TEXTFILE_DIR"] == str(textfile)
+    # one the job's user may not write (here: missing) is left out, not failed on
+    textfile.rmdir()
+    out, _ = _run_with_stubs(script, tmp_path)
+    assert "MEGAHOUR_TRAIN_TEXTFILE_DIR" not in _env(out / "train-env")
+    # the job's own choice wins
+    textfile.mkdir()
+    out, _ = _run_with_stubs(script, tmp_path, extra_env={"MEGAHOUR_TRAIN_TEXTFILE_DIR": "/elsewhere"})
+    assert _env(out / "train-env")["MEGAHOUR_TRAIN_TEXTFILE_DIR"] == "/elsewhere"

@@ -92,12 +92,32 @@ def test_textfile_names_each_family_once_with_help_and_type(tmp_path) -> None:
         "megahour_train_loss": 0.25,
         "megahour_train_mfu": 0.4,
         "megahour_train_updated_timestamp_seconds": 1000,
+        "megahour_train_running": 1,
     }
-    assert set(families) == set(expected)
-    for name, value in expected.items():
+    counters = {"megahour_train_step_seconds_total": 0.5, "megahour_train_data_wait_seconds_total": 0.1}
+    assert set(families) == set(expected) | set(counters)
+    for name, value in (expected | counters).items():
         family = families[name]
-        assert family["type"] == "gauge" and family["help"]
+        assert family["type"] == ("counter" if name in counters else "gauge") and family["help"]
         assert family["samples"] == [(f'{JOB_LABEL}="4242"', pytest.approx(value))]
+
+
+def test_the_totals_add_up_every_step_and_close_marks_the_run_ended(tmp_path) -> None:
+    clock = Clock()
+    metrics = RunMetrics(None, rank=0, textfile_dir=tmp_path, job="7", clock=clock)
+    for step in range(1, 4):  # steps 2 and 3 come before the 15 s interval: not written yet
+        metrics.step(StepRecord(step, 0.3, seconds=2.0, data_wait_seconds=0.5, samples=8))
+    written = parse((tmp_path / "megahour_train_7.prom").read_text())
+    assert written["megahour_train_step"]["samples"][0][1] == 1
+    clock.now += 1
+    metrics.close()
+    families = parse((tmp_path / "megahour_train_7.prom").read_text())
+    value = {name: family["samples"][0][1] for name, family in families.items()}
+    assert value["megahour_train_step"] == 3 and value["megahour_train_running"] == 0
+    assert value["megahour_train_step_seconds_total"] == 6.0
+    assert value["megahour_train_data_wait_seconds_total"] == 1.5
+    metrics.close()  # idempotent: nothing is written again
+    assert value["megahour_train_updated_timestamp_seconds"] == 1001
 
 
 def test_mfu_is_left_out_when_unknown(tmp_path) -> None:

@@ -30,7 +30,7 @@ import json
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -73,9 +73,29 @@ def textfile_name(job: str) -> str:
     return f"megahour_train_{safe}" if safe else "megahour_train"
 
 
-def families(record: StepRecord, job: str, now: float) -> list[textfile.Family]:
+@dataclass(frozen=True)
+class RunTotals:
+    """What this attempt has spent since it started, for rates over any window (a step's own figures
+    are only the last step's): wall time of its steps and the part of it spent waiting for batches."""
+
+    step_seconds: float = 0.0
+    data_wait_seconds: float = 0.0
+    running: bool = True  # False once the run closed cleanly; a killed rank leaves it True
+
+    def add(self, record: StepRecord) -> RunTotals:
+        return RunTotals(
+            self.step_seconds + record.seconds,
+            self.data_wait_seconds + record.data_wait_seconds,
+            self.running,
+        )
+
+
+def families(
+    record: StepRecord, job: str, now: float, totals: RunTotals | None = None
+) -> list[textfile.Family]:
     """The Prometheus families of one step record; ``megahour_train_mfu`` only when it is known."""
     label = {JOB_LABEL: job}
+    totals = totals or RunTotals().add(record)
     gauges = [
         ("megahour_train_step", "Last completed training step (a resume restarts at its checkpoint).",
          record.step),
@@ -90,8 +110,24 @@ def families(record: StepRecord, job: str, now: float) -> list[textfile.Family]:
         ("megahour_train_updated_timestamp_seconds", "Unix time this file was written: a stale value "
          "means a stalled or dead job.", now),
     ]  # fmt: skip
+    counters = [
+        ("megahour_train_step_seconds_total", "Wall time of this attempt's steps on rank 0, summed.",
+         totals.step_seconds),
+        ("megahour_train_data_wait_seconds_total", "Of which waiting for batches: its rate over the step "
+         "time's is the data-wait share over any window.", totals.data_wait_seconds),
+    ]  # fmt: skip
     return [
-        textfile.Family(name, help).add(value, **label) for name, help, value in gauges if value is not None
+        *(
+            textfile.Family(name, help).add(value, **label)
+            for name, help, value in gauges
+            if value is not None
+        ),
+        *(textfile.Family(name, help, "counter").add(value, **label) for name, help, value in counters),
+        textfile.Family(
+            "megahour_train_running",
+            "1 while the run writes this file; 0 once it closed cleanly. Still 1 with a stale update time: a "
+            "stalled or killed job.",
+        ).add(1 if totals.running else 0, **label),
     ]
 
 
@@ -113,6 +149,8 @@ class RunMetrics:
         self.textfile_dir = textfile_dir if rank == 0 else None
         self._handle: TextIO | None = None
         self._pending: StepRecord | None = None  # the newest record the textfile does not show yet
+        self._last: StepRecord | None = None
+        self._totals = RunTotals()
         self._written_at: float | None = None
         if rank != 0 or log_dir is None:
             return
@@ -133,14 +171,18 @@ class RunMetrics:
         self._write(record.to_dict())
         if self.textfile_dir is None:
             return
-        self._pending = record
+        self._pending = self._last = record
+        self._totals = self._totals.add(record)
         now = self.clock()
         if self._written_at is None or now - self._written_at >= self.interval:
             self._flush_textfile(now)
 
-    def close(self) -> None:
-        """Write the last step's textfile if it is not out yet, and close the log. Idempotent."""
-        if self._pending is not None:
+    def close(self, *, ended: bool = True) -> None:
+        """Write the last step's textfile and close the log. Idempotent. ``ended``: the run finished,
+        so the textfile says it no longer runs; False where the rank dies next (an injected failure)."""
+        if self._last is not None and self._totals.running and (ended or self._pending is not None):
+            self._totals = replace(self._totals, running=not ended)
+            self._pending = self._last
             self._flush_textfile(self.clock())
         if self._handle is not None:
             self._handle.close()
@@ -153,7 +195,9 @@ class RunMetrics:
     def _flush_textfile(self, now: float) -> None:
         if self.textfile_dir is None or self._pending is None:
             return
-        textfile.write(self.textfile_dir, textfile_name(self.job), families(self._pending, self.job, now))
+        textfile.write(
+            self.textfile_dir, textfile_name(self.job), families(self._pending, self.job, now, self._totals)
+        )
         self._pending, self._written_at = None, now
 
 

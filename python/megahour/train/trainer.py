@@ -170,7 +170,7 @@ def _batches(
 def _fault(step: int, fail_at: int, metrics: RunMetrics) -> None:
     if step == fail_at:
         metrics.event("injected failure", step=step)
-        metrics.close()
+        metrics.close(ended=False)  # the rank dies next: the textfile must not say the run ended
         sys.stdout.flush()
         os.kill(os.getpid(), signal.SIGKILL)  # like a node dying: no cleanup, no final checkpoint
 
