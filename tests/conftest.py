@@ -108,3 +108,15 @@ def s3(s3_server, monkeypatch):
     for name, value in s3_server.env().items():
         monkeypatch.setenv(name, value)
     return s3_server
+
+
+@pytest.fixture(scope="session")
+def promtool() -> str:
+    """promtool, which `make prereqs` extracts from Debian's prometheus package: the tests fail (not skip)
+    without it, since they are the only check of the alert rules and the collectors' text."""
+    from megahour.cluster.prereqs import tool_path
+
+    path = tool_path("promtool")
+    if path is None:
+        pytest.fail("promtool not found: run `make prereqs` (as root) or install Debian's prometheus package")
+    return path

@@ -4,18 +4,6 @@ import subprocess
 
 import pytest
 
-from megahour.cluster.prereqs import tool_path
-
-
-@pytest.fixture(scope="session")
-def promtool() -> str:
-    """promtool, which `make prereqs` extracts from Debian's prometheus package: the tests fail (not skip)
-    without it, since they are the only check of the rules and the collectors' text."""
-    path = tool_path("promtool")
-    if path is None:
-        pytest.fail("promtool not found: run `make prereqs` (as root) or install Debian's prometheus package")
-    return path
-
 
 @pytest.fixture
 def check_metrics(promtool):

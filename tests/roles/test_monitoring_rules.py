@@ -11,7 +11,6 @@ import pytest
 import yaml
 
 from tests.conftest import REPO
-from tests.metrics.conftest import promtool  # noqa: F401 (the fixture)
 
 ROLE = REPO / "roles" / "monitoring"
 TESTS = REPO / "tests" / "roles" / "monitoring_rules_test.yml"
@@ -24,8 +23,8 @@ def render_rules(**overrides) -> str:
     return template.render({**defaults, **overrides, "ansible_managed": "managed by the test"})
 
 
-def promtool_run(promtool: str, cwd, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([promtool, *args], cwd=cwd, capture_output=True, text=True)
+def promtool_run(binary: str, cwd, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([binary, *args], cwd=cwd, capture_output=True, text=True)
 
 
 @pytest.fixture
@@ -35,12 +34,12 @@ def rules_dir(tmp_path):
     return tmp_path
 
 
-def test_the_rules_pass_promtool_check(promtool, rules_dir):  # noqa: F811
+def test_the_rules_pass_promtool_check(promtool, rules_dir):
     proc = promtool_run(promtool, rules_dir, "check", "rules", "megahour.yml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
-def test_every_alert_behaves_as_its_promtool_test_says(promtool, rules_dir):  # noqa: F811
+def test_every_alert_behaves_as_its_promtool_test_says(promtool, rules_dir):
     proc = promtool_run(promtool, rules_dir, "test", "rules", TESTS.name)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
@@ -55,7 +54,7 @@ def test_every_alert_has_a_test():
     assert tested - alerts == set(), "tests of alerts that do not exist"
 
 
-def test_a_broken_rule_fails_the_test(promtool, rules_dir):  # noqa: F811
+def test_a_broken_rule_fails_the_test(promtool, rules_dir):
     # the test file can fail: with the data-wait threshold at 5%, job a's 4% no longer fires
     (rules_dir / "megahour.yml").write_text(render_rules(monitoring_data_wait_alert_fraction=0.05))
     proc = promtool_run(promtool, rules_dir, "test", "rules", TESTS.name)
