@@ -31,8 +31,12 @@ REQUIRED_COMMANDS: dict[str, str] = {  # command -> Debian package
 }
 # Tools the tests run that Debian ships only inside a package that also installs and starts a daemon:
 # the binary alone is taken out of the package (`apt-get download`, `dpkg-deb`) into TOOLS_DIR, so this
-# host gets no Prometheus server. promtool tests the alert rules and lints the collectors' output.
-EXTRACTED_TOOLS: dict[str, tuple[str, str]] = {"promtool": ("prometheus", "./usr/bin/promtool")}
+# host gets no Prometheus service. promtool tests the alert rules and lints the collectors' output; the
+# prometheus binary renders the consoles in a test, run by the test itself on a loopback port.
+EXTRACTED_TOOLS: dict[str, tuple[str, str]] = {
+    "promtool": ("prometheus", "./usr/bin/promtool"),
+    "prometheus": ("prometheus", "./usr/bin/prometheus"),
+}
 TOOLS_DIR = Path("/usr/local/libexec/megahour")
 DROPIN_PATH = Path("/etc/containers/containers.conf.d/50-megahour.conf")
 DROPIN_TEXT = """\
@@ -120,37 +124,42 @@ def install(report: PrereqReport, log=print, dropin: Path = DROPIN_PATH) -> None
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
         subprocess.run(["apt-get", "update", "-q"], check=True, env=env)
         subprocess.run(["apt-get", "install", "-y", "-q", *pkgs], check=True, env=env)
-    for tool in report.missing_tools:
-        log(f"extracting {tool} from the Debian package {EXTRACTED_TOOLS[tool][0]} into {TOOLS_DIR}")
-        extract_tool(tool)
+    if report.missing_tools:
+        log(f"extracting {', '.join(report.missing_tools)} from their Debian packages into {TOOLS_DIR}")
+        extract_tools(report.missing_tools)
     if atomic_write_text(dropin, DROPIN_TEXT, 0o644):  # every user's podman reads it, whatever root's umask
         log(f"wrote podman settings to {dropin}")
 
 
-def extract_tool(name: str, tools_dir: Path = TOOLS_DIR) -> Path:
-    """Download the package that holds ``name`` and copy that one file out of it (atomically)."""
-    package, member = EXTRACTED_TOOLS[name]
-    with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        # as root, into a directory apt's own account cannot write: say so rather than print a warning
-        subprocess.run(
-            ["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", package], check=True, cwd=work
-        )
-        debs = sorted(work.glob(f"{package}_*.deb"))
-        if not debs:
-            raise RuntimeError(f"apt-get download {package} left no {package}_*.deb in {work}")
-        tree = work / "tree"
-        tree.mkdir()
-        subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(tree)], check=True)
-        source = tree / member
-        if not source.is_file():
-            raise RuntimeError(f"{debs[-1].name} holds no {member}")
-        tools_dir.mkdir(parents=True, exist_ok=True)
-        partial = tools_dir / f".{name}.partial"
-        shutil.copyfile(source, partial)
-        os.chmod(partial, 0o755)
-        os.replace(partial, tools_dir / name)
-    return tools_dir / name
+def extract_tools(names: list[str], tools_dir: Path = TOOLS_DIR) -> list[Path]:
+    """Download each package that holds one of ``names`` once and copy those files out of it (each
+    atomically)."""
+    written: list[Path] = []
+    for package in sorted({EXTRACTED_TOOLS[name][0] for name in names}):
+        wanted = [name for name in names if EXTRACTED_TOOLS[name][0] == package]
+        with tempfile.TemporaryDirectory() as tmp:
+            work = Path(tmp)
+            # as root, into a directory apt's own account cannot write: say so rather than print a warning
+            subprocess.run(
+                ["apt-get", "download", "-q", "-o", "APT::Sandbox::User=root", package], check=True, cwd=work
+            )
+            debs = sorted(work.glob(f"{package}_*.deb"))
+            if not debs:
+                raise RuntimeError(f"apt-get download {package} left no {package}_*.deb in {work}")
+            tree = work / "tree"
+            tree.mkdir()
+            subprocess.run(["dpkg-deb", "-x", str(debs[-1]), str(tree)], check=True)
+            tools_dir.mkdir(parents=True, exist_ok=True)
+            for name in wanted:
+                source = tree / EXTRACTED_TOOLS[name][1]
+                if not source.is_file():
+                    raise RuntimeError(f"{debs[-1].name} holds no {EXTRACTED_TOOLS[name][1]}")
+                partial = tools_dir / f".{name}.partial"
+                shutil.copyfile(source, partial)
+                os.chmod(partial, 0o755)
+                os.replace(partial, tools_dir / name)
+                written.append(tools_dir / name)
+    return written
 
 
 def can_install() -> bool:

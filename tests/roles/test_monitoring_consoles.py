@@ -1,0 +1,170 @@
+"""The monitoring role's consoles, rendered by a real Prometheus (the binary of Debian's package, which
+`make prereqs` extracts) scraping what megahour's collectors write from real captures: every console
+answers and no cell says "no data". The molecule `cluster` scenario checks the same against the
+deployed cluster."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from megahour.cluster.prereqs import tool_path
+from megahour.health import kernel_log
+from megahour.metrics import gpu, slurm
+from megahour.metrics.textfile import render
+from megahour.nvidia import telemetry
+from megahour.slurm.client import SlurmClient
+from megahour.slurm.parse import parse_sinfo_nodes
+from megahour.sweep.metrics import render_metrics
+from megahour.sweep.rules import plan_sweep
+from megahour.train.metrics import RunMetrics, StepRecord
+from tests.conftest import REPO
+from tests.metrics.test_slurm import runner_2411
+from tests.slurm.fixtures import capture
+
+ROLE = REPO / "roles" / "monitoring" / "files"
+CONSOLES = sorted(p.name for p in (ROLE / "consoles").glob("*.html"))
+NODATA = "no data"
+
+
+def exposition(tmp_path: Path, *, with_gpus: bool = True) -> str:
+    """What node_exporter would serve: the GPU collector's file (the real 8 x H100 report, a real Xid
+    line), the Slurm collector's (Slurm 24.11, a draining node), the sweeper's and a training job's."""
+    parts = []
+    if with_gpus:
+        report = telemetry.parse(
+            (REPO / "roles/nvidia/files/fake-gpu/h100-healthy/smi-q-8xH100.txt").read_text()
+        )
+        xids = kernel_log.parse(
+            (REPO / "tests/health/fixtures/kernel-xid48-dbe.log").read_text().splitlines()
+        )
+        parts.append(render(gpu.families(report, xids, now=time.time(), ok=True, kernel_log_ok=True)))
+    parts.append(render(slurm.collect(SlurmClient(runner=runner_2411("draining")), now=time.time()).families))
+    nodes = parse_sinfo_nodes(capture("slurm2411-sinfo-nodes-format-draining.txt")).items
+    now = datetime.now()
+    parts.append(render_metrics(plan_sweep(nodes, {n.name: "PASS" for n in nodes}, now), nodes, now))
+    textfiles = tmp_path / "textfile"
+    textfiles.mkdir(exist_ok=True)
+    metrics = RunMetrics(None, rank=0, textfile_dir=textfiles, job="4242")
+    metrics.step(StepRecord(step=120, loss=1.25, seconds=0.4, data_wait_seconds=0.004, samples=64))
+    parts.append((textfiles / "megahour_train_4242.prom").read_text())
+    return "".join(parts)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def prometheus(tmp_path):
+    """Start Prometheus on loopback, scraping a page this test serves; yields (base URL, set_page)."""
+    binary = tool_path("prometheus")
+    if binary is None:
+        pytest.fail(
+            "prometheus not found: run `make prereqs` (as root) or install Debian's prometheus package"
+        )
+    page = {"text": ""}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = page["text"].encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain; version=0.0.4")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    port = _free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(
+        "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
+        "scrape_configs:\n"
+        f"  - job_name: node\n    static_configs: [{{targets: ['127.0.0.1:{server.server_address[1]}']}}]\n"
+    )
+    log = (tmp_path / "prometheus.log").open("w")
+    proc = subprocess.Popen(
+        [
+            binary,
+            f"--config.file={config}",
+            f"--storage.tsdb.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            f"--web.console.templates={ROLE / 'consoles'}",
+            f"--web.console.libraries={ROLE / 'console_libraries'}",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        yield base, lambda text: page.__setitem__("text", text)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        server.shutdown()
+
+
+def get(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def wait_for(base: str, expr: str, deadline_s: float = 30) -> None:
+    url = f"{base}/api/v1/query?query={urllib.parse.quote(expr)}"
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        try:
+            if json.loads(get(url)[1])["data"]["result"]:
+                return
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.5)
+    raise AssertionError(f"Prometheus never had {expr}")
+
+
+def test_every_console_has_data_for_every_cell(prometheus, tmp_path):
+    base, serve = prometheus
+    serve(exposition(tmp_path))
+    wait_for(base, "megahour_train_step and on() count(megahour_gpu_info) == 8")
+    expected = {
+        "index.html": ["Cluster", "GPUs allocated / configured"],
+        "gpu.html": ["NVIDIA H100 80GB HBM3", "81559"[:2]],
+        "slurm.html": ["s2411", "draining", "Resources"],
+        "training.html": ["4242", "running"],
+    }
+    assert sorted(expected) == CONSOLES, "a console without a test, or a test of a console that is gone"
+    for console, texts in expected.items():
+        status, body = get(f"{base}/consoles/{console}")
+        if dump := os.environ.get("MEGAHOUR_CONSOLE_DUMP"):  # keep the pages to look at
+            Path(dump, console).write_text(body)
+        assert status == 200, (console, body[:2000])
+        assert NODATA not in body, (console, body)
+        for text in texts:
+            assert text in body, (console, text)
+
+
+def test_a_console_without_its_series_says_no_data(prometheus, tmp_path):
+    base, serve = prometheus
+    serve(exposition(tmp_path, with_gpus=False))
+    wait_for(base, "megahour_train_step")
+    status, body = get(f"{base}/consoles/gpu.html")
+    assert status == 200 and NODATA in body
