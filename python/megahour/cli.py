@@ -17,7 +17,7 @@ AREAS = (
     "health",
     "run",
     "sweep",
-    "metrics",
+    "exporters",
     "backup",
     "episodes",
     "robotlogs",

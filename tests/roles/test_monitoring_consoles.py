@@ -20,7 +20,7 @@ import pytest
 
 from megahour.cluster.prereqs import tool_path
 from megahour.health import kernel_log
-from megahour.metrics import gpu, slurm
+from megahour.exporters import gpu, slurm
 from megahour.metrics.textfile import render
 from megahour.nvidia import telemetry
 from megahour.slurm.client import SlurmClient
@@ -29,7 +29,7 @@ from megahour.sweep.metrics import render_metrics
 from megahour.sweep.rules import plan_sweep
 from megahour.train.metrics import RunMetrics, StepRecord
 from tests.conftest import REPO
-from tests.metrics.test_slurm import runner_2411
+from tests.exporters.test_slurm import runner_2411
 from tests.slurm.fixtures import capture
 
 ROLE = REPO / "roles" / "monitoring" / "files"

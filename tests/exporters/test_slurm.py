@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from megahour.metrics import slurm
+from megahour.exporters import slurm
 from megahour.metrics.textfile import render
 from megahour.slurm.client import SlurmClient
 from megahour.slurm.parse import parse_sinfo_nodes

@@ -68,7 +68,7 @@ def _cmd_gpu(args: argparse.Namespace, console: Console) -> int:
     from megahour.health import kernel_log
     from megahour.health.config import load
     from megahour.health.probes import ProbeError, run
-    from megahour.metrics import gpu
+    from megahour.exporters import gpu
     from megahour.nvidia import smi_report, telemetry
 
     config = load(Path(args.config))
@@ -92,7 +92,7 @@ def _cmd_gpu(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_slurm(args: argparse.Namespace, console: Console) -> int:
-    from megahour.metrics import slurm
+    from megahour.exporters import slurm
     from megahour.slurm.client import SlurmClient
 
     got = slurm.collect(SlurmClient(), time.time())

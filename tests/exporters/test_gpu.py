@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from megahour.health import kernel_log
-from megahour.metrics import gpu
+from megahour.exporters import gpu
 from megahour.metrics.textfile import render
 from megahour.nvidia import telemetry
 from megahour.nvidia.smi_report import SmiReportError
