@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from megahour.health import kernel_log
 from megahour.exporters import gpu
+from megahour.health import kernel_log
 from megahour.metrics.textfile import render
 from megahour.nvidia import telemetry
 from megahour.nvidia.smi_report import SmiReportError

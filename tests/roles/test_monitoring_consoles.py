@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 
 from megahour.cluster.prereqs import tool_path
-from megahour.health import kernel_log
 from megahour.exporters import gpu, slurm
+from megahour.health import kernel_log
 from megahour.metrics.textfile import render
 from megahour.nvidia import telemetry
 from megahour.slurm.client import SlurmClient

@@ -65,10 +65,10 @@ def register(subparsers: cliutil.Subparsers) -> None:
 
 
 def _cmd_gpu(args: argparse.Namespace, console: Console) -> int:
+    from megahour.exporters import gpu
     from megahour.health import kernel_log
     from megahour.health.config import load
     from megahour.health.probes import ProbeError, run
-    from megahour.exporters import gpu
     from megahour.nvidia import smi_report, telemetry
 
     config = load(Path(args.config))
