@@ -28,6 +28,8 @@ REQUIRED_COMMANDS: dict[str, str] = {  # command -> Debian package
     # authenticator on the control node (roles/alluxio); the tests' S3 server comes through Maven too.
     "mvn": "maven",
     "javac": "default-jdk-headless",
+    # The dashboards' browser test (tests/hosts/test_consoles_browser.py) loads them in headless Chromium.
+    "chromium-headless-shell": "chromium-headless-shell",
 }
 # Tools the tests run that Debian ships only inside a package that also installs and starts a daemon:
 # the binary alone is taken out of the package (`apt-get download`, `dpkg-deb`) into TOOLS_DIR, so this
