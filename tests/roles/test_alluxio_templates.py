@@ -170,3 +170,18 @@ def test_the_https_front_passes_the_s3_api_only_and_asks_a_key_on_the_web_ports(
     # Off, the HTTP listeners stay on the cluster address, as Alluxio serves them.
     site, _ = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_https=False)
     assert site["alluxio.proxy.web.bind.host"] == site["alluxio.worker.hostname"]
+
+
+def test_the_cache_metrics_service_reads_the_daemons_this_host_runs_over_loopback(render):
+    render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]})
+    unit = (render.out / "megahour-cache-metrics.service").read_text()
+    exec_start = next(line for line in unit.splitlines() if line.startswith("ExecStart="))
+    assert exec_start == (
+        "ExecStart=/usr/local/bin/megahour metrics cache --textfile-dir /var/lib/prometheus/node-exporter"
+        " --master http://127.0.0.1:19999 --worker http://127.0.0.1:30000"
+    )
+
+
+def test_a_proxy_only_host_runs_no_cache_metrics(render):
+    render({"cluster": ["ctl", "gpu-1"], "controller": ["gpu-1"], "compute": ["gpu-1"]})
+    assert not (render.out / "megahour-cache-metrics.service").exists()

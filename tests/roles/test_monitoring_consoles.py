@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from megahour.cluster.prereqs import tool_path
-from megahour.exporters import gpu, slurm
+from megahour.exporters import cache, gpu, slurm
 from megahour.health import kernel_log
 from megahour.metrics.textfile import render
 from megahour.nvidia import telemetry
@@ -53,6 +53,11 @@ def exposition(tmp_path: Path, *, with_gpus: bool = True) -> str:
     nodes = parse_sinfo_nodes(capture("slurm2411-sinfo-nodes-format-draining.txt")).items
     now = datetime.now()
     parts.append(render_metrics(plan_sweep(nodes, {n.name: "PASS" for n in nodes}, now), nodes, now))
+    captures = REPO / "tests/exporters/captures"
+    master, worker = (
+        json.loads((captures / f"alluxio-2.9.6-{d}-idle.json").read_text()) for d in ("master", "worker")
+    )
+    parts.append(render(cache.families(master, worker, now=time.time(), expected=("master", "worker"))))
     textfiles = tmp_path / "textfile"
     textfiles.mkdir(exist_ok=True)
     metrics = RunMetrics(None, rank=0, textfile_dir=textfiles, job="4242")
@@ -144,12 +149,15 @@ def wait_for(base: str, expr: str, deadline_s: float = 30) -> None:
 def test_every_console_has_data_for_every_cell(prometheus, tmp_path):
     base, serve = prometheus
     serve(exposition(tmp_path))
+    # two scrapes at least: the cache console's rates need them
     wait_for(base, "megahour_train_step and on() count(megahour_gpu_info) == 8")
+    wait_for(base, "count_over_time(megahour_cache_master_leading[1m]) >= 3")
     expected = {
         "index.html": ["Cluster", "GPUs allocated / configured"],
         "gpu.html": ["NVIDIA H100 80GB HBM3", "81559"[:2]],
         "slurm.html": ["s2411", "draining", "Resources"],
         "training.html": ["4242", "running"],
+        "cache.html": ["Cache tier", "2.727GiB"],
     }
     assert sorted(expected) == CONSOLES, "a console without a test, or a test of a console that is gone"
     for console, texts in expected.items():

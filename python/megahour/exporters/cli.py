@@ -54,7 +54,21 @@ def register(subparsers: cliutil.Subparsers) -> None:
         help="ask Slurm for node states, GPUs allocated and the queue; write megahour_slurm.prom",
         exits={0: "written", 1: "a Slurm query failed (the file says so: exporter_ok 0)"},
     )
-    for p in (gpu, slurm):
+    cache = cliutil.add_command(
+        group,
+        "cache",
+        _cmd_cache,
+        help="read the Alluxio master and worker on this host (loopback); write megahour_cache.prom",
+        exits={0: "written", 1: "a daemon this host runs did not answer (the file says so: exporter_ok 0)"},
+    )
+    cache.add_argument(
+        "--master", metavar="URL", help="this host's Alluxio master web address, e.g. http://127.0.0.1:19999"
+    )
+    cache.add_argument(
+        "--worker", metavar="URL", help="this host's Alluxio worker web address, e.g. http://127.0.0.1:30000"
+    )
+    cache.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each daemon")
+    for p in (gpu, slurm, cache):
         p.add_argument(
             "--textfile-dir", default=None, help=f"where to write (default {DEFAULT_TEXTFILE_DIR})"
         )
@@ -107,6 +121,38 @@ def _cmd_slurm(args: argparse.Namespace, console: Console) -> int:
         got.counts,
         failed=got.failed,
     )
+
+
+def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
+    import json
+    import urllib.error
+    import urllib.request
+
+    from megahour.exporters import cache
+
+    expected = tuple(daemon for daemon in ("master", "worker") if getattr(args, daemon))
+    if not expected:
+        raise cliutil.CommandError("name the daemons this host runs: --master URL, --worker URL, or both")
+    answers: dict[str, dict | None] = {"master": None, "worker": None}
+    problems: list[str] = []
+    for daemon in expected:
+        url = getattr(args, daemon).rstrip("/") + "/metrics/json/"
+        try:
+            with urllib.request.urlopen(url, timeout=args.timeout) as response:
+                answers[daemon] = dict(cache.check(json.load(response), daemon))
+        except urllib.error.URLError as exc:
+            if daemon == "master" and isinstance(exc.reason, ConnectionRefusedError):
+                # With several masters only the leader serves its web port: a standby refuses. A master
+                # that is down is seen by the others (no leader, lost workers), not here.
+                answers[daemon] = dict(cache.STANDBY)
+            else:
+                problems.append(f"{daemon} {url}: {exc}")
+        except (OSError, ValueError) as exc:  # timed out, HTTP errors, not JSON, not Alluxio's
+            problems.append(f"{daemon} {url}: {exc}")
+    families = cache.families(answers["master"], answers["worker"], now=time.time(), expected=expected)
+    summary = {daemon: int(answers[daemon] is not None) for daemon in expected}
+    directory = args.textfile_dir or DEFAULT_TEXTFILE_DIR
+    return _finish(args, console, cache.TEXTFILE_NAME, directory, families, problems, summary)
 
 
 def _finish(

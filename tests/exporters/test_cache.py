@@ -1,0 +1,112 @@
+"""The cache tier's collector on Alluxio 2.9.6's own metrics JSON (captures/SOURCES.md)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import socket
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+
+from megahour.exporters import cache
+from megahour.metrics.textfile import render
+from tests.conftest import tool
+
+CAPTURES = Path(__file__).parent / "captures"
+MASTER = json.loads((CAPTURES / "alluxio-2.9.6-master-idle.json").read_text())
+WORKER = json.loads((CAPTURES / "alluxio-2.9.6-worker-idle.json").read_text())
+
+
+def series(families) -> dict[str, dict[tuple, float]]:
+    return {f.name: {tuple(sorted(s.labels.items())): s.value for s in f.samples} for f in families}
+
+
+def test_the_leading_master_and_a_worker(check_metrics):
+    got = series(cache.families(MASTER, WORKER, now=1.0, expected=("master", "worker")))
+    assert got["megahour_cache_master_leading"] == {(): 1}
+    assert got["megahour_cache_workers"] == {(("state", "live"),): 3, (("state", "lost"),): 0}
+    assert got["megahour_cache_capacity_bytes"] == {(): 2928386790}
+    assert got["megahour_cache_worker_capacity_bytes"] == {(): 976128930}
+    assert set(got["megahour_cache_read_bytes_total"]) == {(("source", "cache"),), (("source", "ufs"),)}
+    assert got["megahour_cache_exporter_ok"] == {(("daemon", "master"),): 1, (("daemon", "worker"),): 1}
+    # the three workers' capacities add up to the cluster's
+    assert got["megahour_cache_capacity_bytes"][()] == pytest.approx(3 * 976128930, abs=3)
+    check_metrics(render(cache.families(MASTER, WORKER, now=1.0, expected=("master", "worker"))))
+
+
+def test_a_standby_master_writes_no_cluster_figures():
+    got = series(cache.families(cache.STANDBY, None, now=1.0, expected=("master",)))
+    assert got["megahour_cache_master_leading"] == {(): 0}
+    assert "megahour_cache_hit_ratio" not in got and "megahour_cache_read_bytes_total" not in got
+
+
+def test_a_worker_that_did_not_answer_is_not_ok_and_has_no_series():
+    got = series(cache.families(None, None, now=1.0, expected=("worker",)))
+    assert got["megahour_cache_exporter_ok"] == {(("daemon", "worker"),): 0}
+    assert not any(name.startswith("megahour_cache_worker_") for name in got)
+
+
+def test_nan_gauges_and_other_answers():
+    assert (
+        cache.value({"gauges": {"Cluster.CacheHitRate": {"value": "NaN"}}}, "gauges", "Cluster.CacheHitRate")
+        is None
+    )
+    with pytest.raises(cache.CacheMetricsError, match="the worker's /metrics/json/ answer has no gauges"):
+        cache.check({"version": "4.0.0"}, "worker")
+
+
+def _serve(body: bytes) -> http.server.ThreadingHTTPServer:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):
+            self.send_response(200 if self.path == "/metrics/json/" else 404)
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args):
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # nothing listens once it is closed: a refusal
+
+
+def _cli(tmp_path, *args) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [tool("megahour"), "metrics", "cache", "--textfile-dir", str(tmp_path), "--json", *args],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+
+def test_the_command_on_a_standby_master_and_a_worker(tmp_path):
+    worker = _serve((CAPTURES / "alluxio-2.9.6-worker-idle.json").read_bytes())
+    try:
+        proc = _cli(tmp_path, "--master", f"http://127.0.0.1:{_closed_port()}",
+                    "--worker", f"http://127.0.0.1:{worker.server_address[1]}")  # fmt: skip
+    finally:
+        worker.shutdown()
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "megahour_cache.prom").read_text()
+    assert (
+        "megahour_cache_master_leading 0\n" in text
+        and 'megahour_cache_exporter_ok{daemon="worker"} 1' in text
+    )
+
+
+def test_the_command_fails_closed_when_its_worker_does_not_answer(tmp_path):
+    proc = _cli(tmp_path, "--worker", f"http://127.0.0.1:{_closed_port()}")
+    assert proc.returncode == 1 and "megahour metrics cache: worker http://127.0.0.1:" in proc.stderr
+    assert 'megahour_cache_exporter_ok{daemon="worker"} 0' in (tmp_path / "megahour_cache.prom").read_text()
+
+
+def test_the_command_needs_a_daemon(tmp_path):
+    proc = _cli(tmp_path)
+    assert proc.returncode != 0 and "--master URL, --worker URL" in proc.stderr
