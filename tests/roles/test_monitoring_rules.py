@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -18,6 +19,10 @@ TESTS = REPO / "tests" / "roles" / "monitoring_rules_test.yml"
 
 def render_rules(**overrides) -> str:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    # monitoring_alert_for defaults to the role's durations (vars/main.yml)
+    defaults["monitoring_alert_for"] = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())[
+        "monitoring_alert_for_keys"
+    ]
     env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
     template = env.from_string((ROLE / "templates" / "megahour-rules.yml.j2").read_text())
     return template.render({**defaults, **overrides, "ansible_managed": "managed by the test"})
@@ -59,3 +64,11 @@ def test_a_broken_rule_fails_the_test(promtool, rules_dir):
     (rules_dir / "megahour.yml").write_text(render_rules(monitoring_data_wait_alert_fraction=0.05))
     proc = promtool_run(promtool, rules_dir, "test", "rules", TESTS.name)
     assert proc.returncode != 0 and "MegahourTrainingDataWaitHigh" in proc.stdout + proc.stderr
+
+
+def test_the_role_checks_for_every_duration_the_rules_use():
+    # a monitoring_alert_for from an older release lacking one is refused by the role with the key named
+    template = (ROLE / "templates" / "megahour-rules.yml.j2").read_text()
+    used = set(re.findall(r"monitoring_alert_for\.(\w+)", template))
+    keys = yaml.safe_load((ROLE / "vars" / "main.yml").read_text())["monitoring_alert_for_keys"]
+    assert used == set(keys)
