@@ -2,17 +2,15 @@
 
 from __future__ import annotations
 
-import http.server
 import json
-import socket
 import subprocess
-import threading
 from pathlib import Path
 
 import pytest
 
 from megahour.exporters import cache
 from megahour.metrics.textfile import render
+from tests import localhttp
 from tests.conftest import tool
 
 CAPTURES = Path(__file__).parent / "captures"
@@ -58,27 +56,6 @@ def test_nan_gauges_and_other_answers():
         cache.check({"version": "4.0.0"}, "worker")
 
 
-def _serve(body: bytes) -> http.server.ThreadingHTTPServer:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            self.send_response(200 if self.path == "/metrics/json/" else 404)
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # nothing listens once it is closed: a refusal
-
-
 def _cli(tmp_path, *args) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [tool("megahour"), "metrics", "cache", "--textfile-dir", str(tmp_path), "--json", *args],
@@ -87,9 +64,10 @@ def _cli(tmp_path, *args) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_command_on_a_standby_master_and_a_worker(tmp_path):
-    worker = _serve((CAPTURES / "alluxio-2.9.6-worker-idle.json").read_bytes())
+    body = (CAPTURES / "alluxio-2.9.6-worker-idle.json").read_bytes()
+    worker = localhttp.serve(lambda: body, "/metrics/json/")
     try:
-        proc = _cli(tmp_path, "--master", f"http://127.0.0.1:{_closed_port()}",
+        proc = _cli(tmp_path, "--master", f"http://127.0.0.1:{localhttp.closed_port()}",
                     "--worker", f"http://127.0.0.1:{worker.server_address[1]}")  # fmt: skip
     finally:
         worker.shutdown()
@@ -102,7 +80,7 @@ def test_the_command_on_a_standby_master_and_a_worker(tmp_path):
 
 
 def test_the_command_fails_closed_when_its_worker_does_not_answer(tmp_path):
-    proc = _cli(tmp_path, "--worker", f"http://127.0.0.1:{_closed_port()}")
+    proc = _cli(tmp_path, "--worker", f"http://127.0.0.1:{localhttp.closed_port()}")
     assert proc.returncode == 1 and "megahour metrics cache: worker http://127.0.0.1:" in proc.stderr
     assert 'megahour_cache_exporter_ok{daemon="worker"} 0' in (tmp_path / "megahour_cache.prom").read_text()
 

@@ -5,12 +5,9 @@ deployed cluster."""
 
 from __future__ import annotations
 
-import http.server
 import json
 import os
-import socket
 import subprocess
-import threading
 import time
 import urllib.request
 from datetime import datetime
@@ -28,6 +25,7 @@ from megahour.slurm.parse import parse_sinfo_nodes
 from megahour.sweep.metrics import render_metrics
 from megahour.sweep.rules import plan_sweep
 from megahour.train.metrics import RunMetrics, StepRecord
+from tests import localhttp
 from tests.conftest import REPO
 from tests.exporters.test_slurm import runner_2411
 from tests.slurm.fixtures import capture
@@ -66,12 +64,6 @@ def exposition(tmp_path: Path, *, with_gpus: bool = True) -> str:
     return "".join(parts)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def prometheus(tmp_path):
     """Start Prometheus on loopback, scraping a page this test serves; yields (base URL, set_page)."""
@@ -81,22 +73,8 @@ def prometheus(tmp_path):
             "prometheus not found: run `make prereqs` (as root) or install Debian's prometheus package"
         )
     page = {"text": ""}
-
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):
-            body = page["text"].encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; version=0.0.4")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args):
-            pass
-
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    port = _free_port()
+    server = localhttp.serve(lambda: page["text"].encode())
+    port = localhttp.closed_port()  # free now: Prometheus takes it
     config = tmp_path / "prometheus.yml"
     config.write_text(
         "global: {scrape_interval: 1s, evaluation_interval: 1s}\n"
