@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megahour.atomicio import atomic_write_text
+from megahour.atomicio import atomic_write_text, atomic_writer
 
 REQUIRED_COMMANDS: dict[str, str] = {  # command -> Debian package
     "podman": "podman",
@@ -156,10 +156,8 @@ def extract_tools(names: list[str], tools_dir: Path = TOOLS_DIR) -> list[Path]:
                 source = tree / EXTRACTED_TOOLS[name][1]
                 if not source.is_file():
                     raise RuntimeError(f"{debs[-1].name} holds no {EXTRACTED_TOOLS[name][1]}")
-                partial = tools_dir / f".{name}.partial"
-                shutil.copyfile(source, partial)
-                os.chmod(partial, 0o755)
-                os.replace(partial, tools_dir / name)
+                with source.open("rb") as binary, atomic_writer(tools_dir / name, 0o755) as out:
+                    shutil.copyfileobj(binary, out)
                 written.append(tools_dir / name)
     return written
 
