@@ -47,6 +47,23 @@ def test_a_worker_that_did_not_answer_is_not_ok_and_has_no_series():
     assert not any(name.startswith("megahour_cache_worker_") for name in got)
 
 
+def test_after_reads_the_hit_ratio_the_bytes_and_a_workers_pages():
+    # The same cluster after molecule cluster's cache and chain reads (captures/SOURCES.md).
+    master = json.loads((CAPTURES / "alluxio-2.9.6-master-after-reads.json").read_text())
+    worker = json.loads((CAPTURES / "alluxio-2.9.6-worker-after-reads.json").read_text())
+    got = series(cache.families(master, worker, now=1.0, expected=("worker",)))
+    assert got["megahour_cache_hit_ratio"][()] == pytest.approx(0.8390245952116839)
+    assert got["megahour_cache_read_bytes_total"] == {
+        (("source", "cache"),): 17769518,
+        (("source", "ufs"),): 3018883,
+    }
+    assert got["megahour_cache_used_bytes"] == {(): 3002499}
+    # the worker's page store, not its block store's lagging CapacityUsed (0 in this capture)
+    assert got["megahour_cache_worker_used_bytes"] == {(): 1391316}
+    assert got["megahour_cache_worker_read_bytes_total"] == {(): 9565249}
+    assert got["megahour_cache_worker_pages"][()] > 0
+
+
 def test_nan_gauges_and_other_answers():
     assert (
         cache.value({"gauges": {"Cluster.CacheHitRate": {"value": "NaN"}}}, "gauges", "Cluster.CacheHitRate")
@@ -88,3 +105,11 @@ def test_the_command_fails_closed_when_its_worker_does_not_answer(tmp_path):
 def test_the_command_needs_a_daemon(tmp_path):
     proc = _cli(tmp_path)
     assert proc.returncode != 0 and "--master URL, --worker URL" in proc.stderr
+
+
+def test_a_counter_alluxio_has_not_registered_yet_is_zero():
+    # The idle worker capture has served nothing: Worker.BytesReadCache is not listed at all.
+    assert "Worker.BytesReadCache" not in WORKER["counters"]
+    got = series(cache.families(None, WORKER, now=1.0, expected=("worker",)))
+    assert got["megahour_cache_worker_read_bytes_total"] == {(): 0}
+    assert cache.counter({"counters": {"X": {"count": "?"}}}, "X") is None
