@@ -113,3 +113,45 @@ def test_a_counter_alluxio_has_not_registered_yet_is_zero():
     got = series(cache.families(None, WORKER, now=1.0, expected=("worker",)))
     assert got["megahour_cache_worker_read_bytes_total"] == {(): 0}
     assert cache.counter({"counters": {"X": {"count": "?"}}}, "X") is None
+
+
+def test_what_a_standby_master_does_and_what_it_does_not():
+    import http.client
+    import urllib.error
+
+    assert cache.is_standby_answer(urllib.error.URLError(ConnectionRefusedError(111, "refused")))
+    assert cache.is_standby_answer(
+        http.client.RemoteDisconnected("Remote end closed connection without response")
+    )
+    assert not cache.is_standby_answer(TimeoutError("timed out"))
+    assert not cache.is_standby_answer(urllib.error.URLError(TimeoutError("timed out")))
+
+
+def test_a_master_that_closes_unanswered_is_a_standby(tmp_path):
+    import socket
+    import threading
+
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen()
+
+    def close_each():
+        while True:
+            try:
+                connection, _ = listener.accept()
+            except OSError:
+                return
+            connection.recv(1024)
+            connection.close()
+
+    threading.Thread(target=close_each, daemon=True).start()
+    try:
+        proc = _cli(tmp_path, "--master", f"http://127.0.0.1:{listener.getsockname()[1]}")
+    finally:
+        listener.close()
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "megahour_cache.prom").read_text()
+    assert (
+        "megahour_cache_master_leading 0\n" in text
+        and 'megahour_cache_exporter_ok{daemon="master"} 1' in text
+    )

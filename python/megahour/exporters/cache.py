@@ -13,6 +13,8 @@ Alluxio's JSON is Dropwizard's: ``{"gauges": {name: {"value": v}}, "counters": {
 
 from __future__ import annotations
 
+import http.client
+import urllib.error
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,6 +62,14 @@ def value(metrics: Mapping[str, Any], section: str, name: str) -> float | None:
         return None
     raw = entry.get("value" if section == "gauges" else "count")
     return float(raw) if isinstance(raw, int | float) and not isinstance(raw, bool) else None
+
+
+def is_standby_answer(exc: BaseException) -> bool:
+    """Whether a failed request to a master's web port is what a standby does: refuse the connection, or
+    accept it and close it unanswered (Alluxio 2.9.6, seen on the local cluster with three masters). A
+    timeout or an HTTP error is not."""
+    reason = exc.reason if isinstance(exc, urllib.error.URLError) else exc
+    return isinstance(reason, ConnectionRefusedError | ConnectionResetError | http.client.RemoteDisconnected)
 
 
 def counter(metrics: Mapping[str, Any], name: str) -> float | None:

@@ -140,15 +140,17 @@ def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
         try:
             with urllib.request.urlopen(url, timeout=args.timeout) as response:
                 answers[daemon] = dict(cache.check(json.load(response), daemon))
-        except urllib.error.URLError as exc:
-            if daemon == "master" and isinstance(exc.reason, ConnectionRefusedError):
-                # With several masters only the leader serves its web port: a standby refuses. A master
-                # that is down is seen by the others (no leader, lost workers), not here.
+        except (
+            OSError,
+            ValueError,
+        ) as exc:  # refused, closed, timed out, HTTP errors, not JSON, not Alluxio's
+            if daemon == "master" and cache.is_standby_answer(exc):
+                # With several masters only the leader serves its web port: a standby refuses the
+                # connection or closes it unanswered. A leader that is gone shows as no master leading
+                # (MegahourCacheNoLeader), not here.
                 answers[daemon] = dict(cache.STANDBY)
             else:
                 problems.append(f"{daemon} {url}: {exc}")
-        except (OSError, ValueError) as exc:  # timed out, HTTP errors, not JSON, not Alluxio's
-            problems.append(f"{daemon} {url}: {exc}")
     families = cache.families(answers["master"], answers["worker"], now=time.time(), expected=expected)
     summary = {daemon: int(answers[daemon] is not None) for daemon in expected}
     directory = args.textfile_dir or DEFAULT_TEXTFILE_DIR
