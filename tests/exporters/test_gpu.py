@@ -38,7 +38,7 @@ def test_every_real_report_gives_every_figure_of_every_gpu(path, check_metrics):
         assert one.figures["memory_total"] > 0 and one.figures["power_draw"] > 0
         assert 0 <= one.figures["utilization_gpu"] <= 1
         assert "Idle" in one.clock_reasons and ("corrected", "aggregate") in one.ecc
-    check_metrics(render(gpu.families(report, [], now=1.0, ok=True, kernel_log_ok=True)))
+    check_metrics(render(gpu.families(report, [], now=1.0, kernel_log_ok=True)))
 
 
 def test_the_h100_reports_figures_in_base_units():
@@ -84,7 +84,7 @@ def test_a_pending_remap_and_its_ecc_counts():
     assert one.remapped_rows == {"correctable": 1, "uncorrectable": 0} and one.remap_pending is True
     # what the frame lacks is named, not read as zero
     assert "utilization_gpu" in one.missing and "utilization_gpu" not in one.figures
-    families = gpu.families(telemetry.parse(text), [], now=1.0, ok=True, kernel_log_ok=True)
+    families = gpu.families(telemetry.parse(text), [], now=1.0, kernel_log_ok=True)
     assert ({"gpu": "0", "bus_id": "00000000:07:00.0", "field": "utilization_gpu"}, 1) in samples(
         families, "megahour_gpu_exporter_missing_fields"
     )
@@ -119,7 +119,7 @@ def test_xids_are_counted_by_gpu_and_code():
 
 
 def test_no_report_leaves_no_gpu_series(check_metrics):
-    families = gpu.families(None, [], now=5.0, ok=False, kernel_log_ok=True)
+    families = gpu.families(None, [], now=5.0, kernel_log_ok=True)
     assert [f.name for f in families] == [
         "megahour_gpu_exporter_ok",
         "megahour_gpu_exporter_last_run_timestamp_seconds",

@@ -46,7 +46,7 @@ def exposition(tmp_path: Path, *, with_gpus: bool = True) -> str:
         xids = kernel_log.parse(
             (REPO / "tests/health/fixtures/kernel-xid48-dbe.log").read_text().splitlines()
         )
-        parts.append(render(gpu.families(report, xids, now=time.time(), ok=True, kernel_log_ok=True)))
+        parts.append(render(gpu.families(report, xids, now=time.time(), kernel_log_ok=True)))
     parts.append(render(slurm.collect(SlurmClient(runner=runner_2411("draining")), now=time.time()).families))
     nodes = parse_sinfo_nodes(capture("slurm2411-sinfo-nodes-format-draining.txt")).items
     now = datetime.now()

@@ -1,4 +1,4 @@
-"""`megahour metrics gpu|slurm`: the textfile collectors the monitoring role runs on a timer."""
+"""`megahour metrics gpu|slurm|cache`: the textfile collectors the roles run on timers."""
 
 from __future__ import annotations
 
@@ -99,7 +99,7 @@ def _cmd_gpu(args: argparse.Namespace, console: Console) -> int:
     except (ProbeError, OSError) as exc:
         kernel_ok = False
         problems.append(f"kernel log: {exc}")
-    families = gpu.families(report, xids, now=time.time(), ok=report is not None, kernel_log_ok=kernel_ok)
+    families = gpu.families(report, xids, now=time.time(), kernel_log_ok=kernel_ok)
     directory = args.textfile_dir or config.metrics_dir or DEFAULT_TEXTFILE_DIR
     summary = {"gpus": 0 if report is None else len(report.gpus), "xid_events": len(xids)}
     return _finish(args, console, gpu.TEXTFILE_NAME, directory, families, problems, summary)
@@ -140,10 +140,8 @@ def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
         try:
             with urllib.request.urlopen(url, timeout=args.timeout) as response:
                 answers[daemon] = dict(cache.check(json.load(response), daemon))
-        except (
-            OSError,
-            ValueError,
-        ) as exc:  # refused, closed, timed out, HTTP errors, not JSON, not Alluxio's
+        # refused, closed, timed out, HTTP errors, not JSON, not Alluxio's
+        except (OSError, ValueError) as exc:
             if daemon == "master" and cache.is_standby_answer(exc):
                 # With several masters only the leader serves its web port: a standby refuses the
                 # connection or closes it unanswered. A leader that is gone shows as no master leading

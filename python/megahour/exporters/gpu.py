@@ -44,13 +44,12 @@ def families(
     xids: Sequence[XidEvent],
     *,
     now: float,
-    ok: bool,
     kernel_log_ok: bool,
 ) -> list[Family]:
-    """``telemetry`` None (nvidia-smi failed): the run gauges alone, ``ok`` False."""
+    """``telemetry`` None (nvidia-smi failed): the run gauges alone, ``megahour_gpu_exporter_ok 0``."""
     run = [
         Family("megahour_gpu_exporter_ok", "1 when nvidia-smi answered with a whole report this run.").add(
-            1 if ok and telemetry is not None else 0
+            1 if telemetry is not None else 0
         ),
         Family(
             "megahour_gpu_exporter_last_run_timestamp_seconds", "Unix time of the collector's last run."
