@@ -120,3 +120,24 @@ def promtool() -> str:
     if path is None:
         pytest.fail("promtool not found: run `make prereqs` (as root) or install Debian's prometheus package")
     return path
+
+
+@pytest.fixture(scope="session")
+def statsd_exporter() -> str:
+    """Prometheus's statsd_exporter as the monitoring role deploys it: built from its pinned Go module
+    into the same cache the role builds into on the control node (it needs `go`, as the role does)."""
+    import yaml
+
+    defaults = yaml.safe_load((REPO / "roles/monitoring/defaults/main.yml").read_text())
+    module = defaults["monitoring_statsd_exporter_module"]
+    version = defaults["monitoring_statsd_exporter_version"]
+    cache = REPO / ".cache" / f"statsd_exporter-{version}"
+    binary = cache / "statsd_exporter"
+    if not binary.exists():
+        go = shutil.which("go")
+        if go is None:
+            pytest.fail(f"no `go` to build statsd_exporter {version}: install Go 1.22+ (the role needs it)")
+        env = dict(os.environ, GOBIN=str(cache), GOFLAGS="-buildvcs=false", CGO_ENABLED="0")
+        proc = subprocess.run([go, "install", f"{module}@{version}"], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
+    return str(binary)

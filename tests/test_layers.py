@@ -33,7 +33,7 @@ ALLOWED: dict[str, set[str]] = {
     "health": {"atomicio", "metrics", "slurm"},
     "sweep": {"atomicio", "metrics", "slurm"},
     "backup": {"atomicio", "metrics"},
-    "exporters": {"atomicio", "metrics", "health", "nvidia", "slurm"},
+    "exporters": {"atomicio", "metrics", "health", "nvidia", "slurm", "curation", "ingest"},
     "run": {"atomicio", "job_contract", "redact", "slurm"},
     "curation": {"atomicio", "episodes"},
     "delivery": {"atomicio", "curation", "episodes", "objectstore"},

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from megahour.cluster.prereqs import tool_path
-from megahour.exporters import cache, gpu, slurm
+from megahour.exporters import cache, gpu, ingest, slurm, warehouse
 from megahour.health import kernel_log
 from megahour.metrics.textfile import render
 from megahour.nvidia import telemetry
@@ -27,7 +27,10 @@ from megahour.sweep.rules import plan_sweep
 from megahour.train.metrics import RunMetrics, StepRecord
 from tests import localhttp
 from tests.conftest import REPO
+from tests.exporters.test_ingest import report as ingest_report
+from tests.exporters.test_ingest import write_run
 from tests.exporters.test_slurm import runner_2411
+from tests.exporters.test_warehouse import Replayed
 from tests.slurm.fixtures import capture
 
 ROLE = REPO / "roles" / "monitoring" / "files"
@@ -37,7 +40,9 @@ NODATA = "no data"
 
 def exposition(tmp_path: Path, *, with_gpus: bool = True) -> str:
     """What node_exporter would serve: the GPU collector's file (the real 8 x H100 report, a real Xid
-    line), the Slurm collector's (Slurm 24.11, a draining node), the sweeper's and a training job's."""
+    line), the Slurm collector's (Slurm 24.11, a draining node), the sweeper's, the cache's (Alluxio 2.9.6),
+    the ingestion collector's (two runs, and Airflow's series as statsd_exporter relays them), the
+    warehouse's (ClickHouse 18.16.1's answers) and a training job's."""
     parts = []
     if with_gpus:
         report = telemetry.parse(
@@ -56,6 +61,13 @@ def exposition(tmp_path: Path, *, with_gpus: bool = True) -> str:
         json.loads((captures / f"alluxio-2.9.6-{d}-idle.json").read_text()) for d in ("master", "worker")
     )
     parts.append(render(cache.families(master, worker, now=time.time(), expected=("master", "worker"))))
+    runs = tmp_path / "runs"
+    if not runs.exists():
+        write_run(runs, "r1", ingest_report("r1"))
+        write_run(runs, "r2", ingest_report("r2", registered=4))
+    parts.append(render(ingest.families(ingest.read_runs(runs), now=time.time())))
+    parts.append((captures / "statsd_exporter-0.31.0-airflow.prom").read_text())
+    parts.append(render(warehouse.families(warehouse.collect(Replayed()), now=time.time())))
     textfiles = tmp_path / "textfile"
     textfiles.mkdir(exist_ok=True)
     metrics = RunMetrics(None, rank=0, textfile_dir=textfiles, job="4242")
@@ -136,6 +148,8 @@ def test_every_console_has_data_for_every_cell(prometheus, tmp_path):
         "slurm.html": ["s2411", "draining", "Resources"],
         "training.html": ["4242", "running"],
         "cache.html": ["Cache tier", "2.727GiB"],
+        # 20 + 4 registered, the failed Airflow run's 41 s, 18.16's table and its inserts' p99 (1.98 ms)
+        "ingest.html": ["Ingestion and warehouse", "<td>24 / 2</td>", "megahour.t", "1.98ms"],
     }
     assert sorted(expected) == CONSOLES, "a console without a test, or a test of a console that is gone"
     for console, texts in expected.items():

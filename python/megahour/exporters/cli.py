@@ -1,22 +1,24 @@
-"""`megahour metrics gpu|slurm|cache`: the textfile collectors the roles run on timers."""
+"""`megahour metrics gpu|slurm|cache|ingest|warehouse`: the textfile collectors the roles run on timers."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
+import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megahour import cliutil
+from megahour.metrics.textfile import Family
 
 if TYPE_CHECKING:
     from rich.console import Console
 
-    from megahour.metrics.textfile import Family
-
 DEFAULT_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 DEFAULT_HEALTH_CONFIG = "/etc/megahour/health.json"
+STATSD_EXPORTER_ENV = "MEGAHOUR_STATSD_EXPORTER_URL"
 
 
 def errors() -> tuple[type[BaseException], ...]:
@@ -29,7 +31,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
     group = cliutil.add_group(
         subparsers,
         "metrics",
-        help="write GPU and Slurm metrics for node_exporter's textfile collector",
+        help="write GPU, Slurm, cache, ingestion and warehouse metrics for node_exporter's textfile files",
         errors=errors,
     )
     gpu = cliutil.add_command(
@@ -68,7 +70,38 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "--worker", metavar="URL", help="this host's Alluxio worker web address, e.g. http://127.0.0.1:30000"
     )
     cache.add_argument("--timeout", type=float, default=5.0, help="seconds to wait for each daemon")
-    for p in (gpu, slurm, cache):
+    ingest = cliutil.add_command(
+        group,
+        "ingest",
+        _cmd_ingest,
+        help="read the ingest runs' summaries (episodes, hours, failed steps); write megahour_ingest.prom",
+        exits={0: "written", 1: "the runs directory or a summary could not be read (the file says so)"},
+    )
+    ingest.add_argument(
+        "--statsd-exporter",
+        metavar="URL",
+        default=None,
+        help=f"relay Airflow's airflow_* series from this statsd_exporter (default ${STATSD_EXPORTER_ENV})",
+    )
+    ingest.add_argument(
+        "--config",
+        default=None,
+        help="the ingest settings (default $MEGAHOUR_INGEST_CONFIG or /etc/megahour/ingest.yml)",
+    )
+    warehouse = cliutil.add_command(
+        group,
+        "warehouse",
+        _cmd_warehouse,
+        help="ask the warehouse for rows per table, counters, query latency; write megahour_warehouse.prom",
+        exits={0: "written", 1: "a warehouse query failed (the file says so: exporter_ok 0)"},
+    )
+    warehouse.add_argument(
+        "--warehouse",
+        metavar="URL",
+        default=None,
+        help="http://HOST:8123 or chdb:PATH (default $MEGAHOUR_WAREHOUSE or /etc/megahour/warehouse.yml)",
+    )
+    for p in (gpu, slurm, cache, ingest, warehouse):
         p.add_argument(
             "--textfile-dir", default=None, help=f"where to write (default {DEFAULT_TEXTFILE_DIR})"
         )
@@ -155,6 +188,64 @@ def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
     return _finish(args, console, cache.TEXTFILE_NAME, directory, families, problems, summary)
 
 
+def _cmd_ingest(args: argparse.Namespace, console: Console) -> int:
+    from megahour.exporters import ingest
+    from megahour.ingest.config import IngestConfigError, load_config
+
+    try:
+        runs_dir = load_config(args.config).runs
+    except (IngestConfigError, OSError) as exc:
+        raise cliutil.CommandError(f"ingest settings: {exc}") from None
+    reading = ingest.read_runs(runs_dir)
+    problems = [reading.problem] if reading.problem else []
+    problems += [f"summary skipped: {s}" for s in reading.skipped]
+    families = ingest.families(reading, now=time.time())
+    summary: dict[str, int | None] = dict(ingest.summary(reading))
+    extra = ""
+    url = args.statsd_exporter or os.environ.get(STATSD_EXPORTER_ENV)
+    if url:
+        relayed = False
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                extra, summary["airflow_samples"] = ingest.relay(response.read().decode())
+            relayed = True
+        except (OSError, ValueError) as exc:
+            problems.append(f"Airflow's series from statsd_exporter {url}: {exc}")
+        families.append(
+            Family(
+                "megahour_ingest_statsd_relay_ok", "1 when Airflow's series were read from statsd_exporter."
+            ).add(int(relayed))
+        )
+    directory = args.textfile_dir or DEFAULT_TEXTFILE_DIR
+    return _finish(args, console, ingest.TEXTFILE_NAME, directory, families, problems, summary, extra=extra)
+
+
+def _cmd_warehouse(args: argparse.Namespace, console: Console) -> int:
+    from megahour.curation.errors import CurationError
+    from megahour.curation.warehouse import open_warehouse
+    from megahour.exporters import warehouse
+
+    try:
+        client = open_warehouse(args.warehouse)
+    except CurationError as exc:
+        raise cliutil.CommandError(str(exc)) from None
+    try:
+        reading = warehouse.collect(client)
+    finally:
+        client.close()
+    families = warehouse.families(reading, now=time.time())
+    directory = args.textfile_dir or DEFAULT_TEXTFILE_DIR
+    return _finish(
+        args,
+        console,
+        warehouse.TEXTFILE_NAME,
+        directory,
+        families,
+        reading.problems,
+        warehouse.summary(reading),
+    )
+
+
 def _finish(
     args: argparse.Namespace,
     console: Console,
@@ -165,6 +256,7 @@ def _finish(
     summary: dict[str, int | None],
     *,
     failed: bool | None = None,
+    extra: str = "",
 ) -> int:
     from megahour.metrics import textfile
 
@@ -173,9 +265,9 @@ def _finish(
         print(f"megahour metrics {args.sub}: {problem}", file=sys.stderr)
     series = sum(len(f.samples) for f in families)
     if args.stdout:
-        sys.stdout.write(textfile.render(families))
+        sys.stdout.write(textfile.render(families) + extra)
         return 1 if failed else 0
-    path = textfile.write(directory, name, families)
+    path = textfile.write(directory, name, families, extra)
     result = {"path": str(path), "ok": not failed, "series": series, **summary, "problems": problems}
     details = ", ".join(f"{k} {v}" for k, v in summary.items())
     cliutil.emit(

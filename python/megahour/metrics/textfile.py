@@ -55,8 +55,9 @@ def render(families: list[Family]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write(directory: str | Path, name: str, families: list[Family]) -> Path:
-    """Write ``<directory>/<name>.prom`` atomically and return its path."""
+def write(directory: str | Path, name: str, families: list[Family], extra: str = "") -> Path:
+    """Write ``<directory>/<name>.prom`` atomically and return its path; ``extra`` is exposition text
+    rendered elsewhere (relayed from another exporter), appended as it is."""
     path = Path(directory) / f"{name}.prom"
-    atomic_write_text(path, render(families), TEXTFILE_MODE)
+    atomic_write_text(path, render(families) + extra, TEXTFILE_MODE)
     return path
