@@ -117,6 +117,7 @@ def test_each_fallback_port_is_the_owning_roles_default():
         "monitoring_node_exporter_port": monitoring["monitoring_node_exporter_port"],
         "monitoring_prometheus_port": monitoring["monitoring_prometheus_port"],
         "monitoring_alertmanager_port": monitoring["monitoring_alertmanager_port"],
+        "monitoring_dcgm_exporter_port": monitoring["monitoring_dcgm_exporter_port"],
         "warehouse_http_port": warehouse["warehouse_http_port"],
         "warehouse_tcp_port": warehouse["warehouse_tcp_port"],
         "airflow_api_port": role_defaults("airflow")["airflow_api_port"],
