@@ -337,6 +337,9 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="1M keys instead of 10M (< 2 min)")
     parser.add_argument("--keys", type=int, help="number of (file, page) keys (default 10M; quick 1M)")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--plots", type=Path, help="also draw its PNG plots into this directory (benchmarks/plots.py)"
+    )
     parser.add_argument("--no-cluster", action="store_true", help="only the ownership figures")
     parser.add_argument("--step-time", type=float, default=0.25, help="simulated training step, seconds")
     args = parser.parse_args()
@@ -351,6 +354,10 @@ def main() -> int:
         results["reads_skipped"] = why
     results["total_s"] = time.perf_counter() - began
     write_json(args.json, results, console)
+    if args.plots:
+        from plots import draw_for_script  # matplotlib only when plots are asked for
+
+        return draw_for_script("delivery", results, args.plots, console)
     return 0
 
 

@@ -272,6 +272,9 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="1 short episode, fewer samples (< 2 min)")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--plots", type=Path, help="also draw its PNG plots into this directory (benchmarks/plots.py)"
+    )
     parser.add_argument("--episodes", type=int, help="simulated episodes (default 2; quick 1)")
     parser.add_argument("--duration", type=float, help="seconds per episode (default 12; quick 4.5)")
     parser.add_argument(
@@ -396,6 +399,10 @@ def main() -> int:
     }
     print_tables(results)
     write_json(args.json, results, console)
+    if args.plots:
+        from plots import draw_for_script  # matplotlib only when plots are asked for
+
+        return draw_for_script("episodes", results, args.plots, console)
     return 0
 
 

@@ -502,6 +502,9 @@ def main() -> int:
     )
     parser.add_argument("--json", type=Path, help="write every figure here")
     parser.add_argument(
+        "--plots", type=Path, help="also draw its PNG plots into this directory (benchmarks/plots.py)"
+    )
+    parser.add_argument(
         "--no-cluster", action="store_true", help="the bin-packer only (no local cluster needed)"
     )
     parser.add_argument(
@@ -555,6 +558,10 @@ def main() -> int:
         results["cluster"] = c
     results["total_s"] = time.perf_counter() - began
     write_json(args.json, results, console)
+    if args.plots:
+        from plots import draw_for_script  # matplotlib only when plots are asked for
+
+        return draw_for_script("ingest", results, args.plots, console)
     return 0
 
 

@@ -271,6 +271,9 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="2M rows, ranks 1 and 4 (< 2 min)")
     parser.add_argument("--json", type=Path, help="write every figure here")
+    parser.add_argument(
+        "--plots", type=Path, help="also draw its PNG plots into this directory (benchmarks/plots.py)"
+    )
     parser.add_argument("--rows", type=int, help="synthetic episodes table size (default 50M; quick 2M)")
     parser.add_argument("--server", help="also build against this ClickHouse server (http://HOST:8123)")
     parser.add_argument(
@@ -359,6 +362,10 @@ def main() -> int:
     }
     print_tables(results)
     write_json(args.json, results, console)
+    if args.plots:
+        from plots import draw_for_script  # matplotlib only when plots are asked for
+
+        return draw_for_script("manifest", results, args.plots, console)
     return 0
 
 

@@ -171,6 +171,9 @@ def main() -> int:
     )
     parser.add_argument("--quick", action="store_true", help="5 timed steps a strategy (under 2 minutes)")
     parser.add_argument("--json", type=Path, help="write the figures here")
+    parser.add_argument(
+        "--plots", type=Path, help="also draw its PNG plots into this directory (benchmarks/plots.py)"
+    )
     parser.add_argument("--nodes", default="1,2,4")
     parser.add_argument("--gpus-per-node", type=int, default=2)
     parser.add_argument("--matrices", type=int, default=24)
@@ -259,22 +262,23 @@ def main() -> int:
         f"selector: the pick's mean is within {100 * (worst - 1):.1f}% of the best measured in every "
         f"regime (target 5%); large-N (target 2x): " + "; ".join(lines)
     )
-    write_json(
-        args.json,
-        {
-            "benchmark": "muon",
-            "commit": git_commit(),
-            "quick": args.quick,
-            "steps": steps,
-            "matrices": args.matrices,
-            "size": args.size,
-            "gpus_per_node": gpus,
-            "seconds": round(time.monotonic() - started, 1),
-            "figures": figures,
-            "series": series,
-        },
-        console,
-    )
+    results = {
+        "benchmark": "muon",
+        "commit": git_commit(),
+        "quick": args.quick,
+        "steps": steps,
+        "matrices": args.matrices,
+        "size": args.size,
+        "gpus_per_node": gpus,
+        "seconds": round(time.monotonic() - started, 1),
+        "figures": figures,
+        "series": series,
+    }
+    write_json(args.json, results, console)
+    if args.plots:
+        from plots import draw_for_script  # matplotlib only when plots are asked for
+
+        return draw_for_script("muon", results, args.plots, console)
     return 0
 
 
