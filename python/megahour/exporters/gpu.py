@@ -14,7 +14,7 @@ from collections import Counter
 from collections.abc import Sequence
 
 from megahour.health.kernel_log import XidEvent
-from megahour.metrics.textfile import Family
+from megahour.metrics.textfile import Family, run_status
 from megahour.nvidia.telemetry import GpuTelemetry, Telemetry
 
 TEXTFILE_NAME = "megahour_gpu"
@@ -48,12 +48,9 @@ def families(
 ) -> list[Family]:
     """``telemetry`` None (nvidia-smi failed): the run gauges alone, ``megahour_gpu_exporter_ok 0``."""
     run = [
-        Family("megahour_gpu_exporter_ok", "1 when nvidia-smi answered with a whole report this run.").add(
-            1 if telemetry is not None else 0
+        *run_status(
+            "gpu", telemetry is not None, "1 when nvidia-smi answered with a whole report this run.", now
         ),
-        Family(
-            "megahour_gpu_exporter_last_run_timestamp_seconds", "Unix time of the collector's last run."
-        ).add(now),
         Family(
             "megahour_gpu_exporter_kernel_log_ok",
             "1 when the kernel log was read (the Xid counts are current).",

@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from megahour.metrics.textfile import Family
+from megahour.metrics.textfile import Family, run_status
 
 TEXTFILE_NAME = "megahour_ingest"
 # Airflow's series as statsd_exporter serves them (roles/monitoring/files/statsd-mapping.yml); only these
@@ -97,12 +97,9 @@ def read_runs(runs_dir: str | Path) -> RunsReading:
 
 def families(reading: RunsReading, *, now: float) -> list[Family]:
     result = [
-        Family("megahour_ingest_exporter_ok", "1 when the runs directory could be listed this run.").add(
-            0 if reading.problem else 1
+        *run_status(
+            "ingest", not reading.problem, "1 when the runs directory could be listed this run.", now
         ),
-        Family(
-            "megahour_ingest_exporter_last_run_timestamp_seconds", "Unix time of the collector's last run."
-        ).add(now),
         Family(
             "megahour_ingest_exporter_skipped", "Run summaries that could not be read (named on stderr)."
         ).add(len(reading.skipped)),

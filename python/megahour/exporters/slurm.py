@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from megahour.metrics.textfile import Family
+from megahour.metrics.textfile import Family, run_status
 from megahour.slurm.parse import NodeGres, NodeState
 from megahour.slurm.queue import QueuedJob
 
@@ -61,12 +61,7 @@ def families(
     """``None`` for a query that failed: its families are left out and the exporter is not ok."""
     ok = nodes is not None and gres is not None and queue is not None
     result = [
-        Family("megahour_slurm_exporter_ok", "1 when every Slurm query of the last run answered.").add(
-            1 if ok else 0
-        ),
-        Family(
-            "megahour_slurm_exporter_last_run_timestamp_seconds", "Unix time of the collector's last run."
-        ).add(now),
+        *run_status("slurm", ok, "1 when every Slurm query of the last run answered.", now),
         Family(
             "megahour_slurm_exporter_skipped", "Entries of Slurm's answers the collector could not read."
         ).add(skipped),

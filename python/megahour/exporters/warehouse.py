@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from megahour.metrics.textfile import Family
+from megahour.metrics.textfile import Family, run_status
 
 if TYPE_CHECKING:
     from megahour.curation.warehouse import Warehouse
@@ -106,12 +106,9 @@ def collect(warehouse: Warehouse, clock: Callable[[], float] = time.monotonic) -
 
 def families(reading: WarehouseReading, *, now: float) -> list[Family]:
     result = [
-        Family("megahour_warehouse_exporter_ok", "1 when every warehouse query answered this run.").add(
-            0 if reading.problems else 1
+        *run_status(
+            "warehouse", not reading.problems, "1 when every warehouse query answered this run.", now
         ),
-        Family(
-            "megahour_warehouse_exporter_last_run_timestamp_seconds", "Unix time of the collector's last run."
-        ).add(now),
         Family(
             "megahour_warehouse_scrape_seconds", "Seconds the collector's own queries took, end to end."
         ).add(round(reading.seconds, 6)),

@@ -61,3 +61,15 @@ def write(directory: str | Path, name: str, families: list[Family], extra: str =
     path = Path(directory) / f"{name}.prom"
     atomic_write_text(path, render(families) + extra, TEXTFILE_MODE)
     return path
+
+
+def run_status(collector: str, ok: bool, ok_help: str, now: float) -> list[Family]:
+    """A collector's ``megahour_<collector>_exporter_ok`` and ``..._last_run_timestamp_seconds``: the pair
+    every collector writes first, which its ``Megahour*CollectorFailing`` alert reads."""
+    return [
+        Family(f"megahour_{collector}_exporter_ok", ok_help).add(1 if ok else 0),
+        Family(
+            f"megahour_{collector}_exporter_last_run_timestamp_seconds",
+            "Unix time of the collector's last run.",
+        ).add(now),
+    ]
