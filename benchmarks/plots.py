@@ -119,7 +119,7 @@ def episode_size_latency(results: dict, out_dir: Path) -> list[Path]:
 def gop_sweep(results: dict, out_dir: Path) -> list[Path]:
     rows = _need(results, "episodes", "gop_sweep")
     if not rows:
-        raise _missing("episodes", "gop_sweep", "empty: the megahour layout was not in --layouts")
+        raise _missing("episodes", "gop_sweep", "empty: the layouts run did not include megahour's own")
     episodes = _need(results, "episodes", "config", "episodes")
     rows = sorted(rows, key=lambda r: _need(r, "episodes", "gop_s"))
     gops = [r["gop_s"] for r in rows]

@@ -294,7 +294,7 @@ def test_a_missing_nested_key_is_named(tmp_path):
             lambda: {"commit": "x", "cluster": {"skipped": "--no-cluster"}},
             "--no-cluster",
         ),
-        ("gop_sweep", lambda: {**episodes_results(), "gop_sweep": []}, "megahour layout"),
+        ("gop_sweep", lambda: {**episodes_results(), "gop_sweep": []}, "megahour's own"),
     ],
 )
 def test_a_skipped_part_says_why(plot, build, why, tmp_path):
