@@ -3,18 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from megahour import cliutil
-from megahour.metrics.textfile import Family
 
 if TYPE_CHECKING:
     from rich.console import Console
+
+    from megahour.metrics.textfile import Family
 
 DEFAULT_TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"
 DEFAULT_HEALTH_CONFIG = "/etc/megahour/health.json"
@@ -189,8 +188,12 @@ def _cmd_cache(args: argparse.Namespace, console: Console) -> int:
 
 
 def _cmd_ingest(args: argparse.Namespace, console: Console) -> int:
+    import os
+    import urllib.request
+
     from megahour.exporters import ingest
     from megahour.ingest.config import IngestConfigError, load_config
+    from megahour.metrics.textfile import Family
 
     try:
         runs_dir = load_config(args.config).runs

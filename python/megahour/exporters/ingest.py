@@ -20,7 +20,6 @@ having no TLS or authentication of its own), so they reach Prometheus over node_
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -174,5 +173,5 @@ def relay(exposition: str, prefix: str = RELAYED_PREFIX) -> tuple[str, int]:
 
 
 def summary(reading: RunsReading) -> dict[str, int]:
-    finished: Iterable[RunFigures] = [r for r in reading.runs if r.finished_at is not None]
-    return {"runs": len(reading.runs), "finished": len(list(finished)), "skipped": len(reading.skipped)}
+    finished = sum(r.finished_at is not None for r in reading.runs)
+    return {"runs": len(reading.runs), "finished": finished, "skipped": len(reading.skipped)}
