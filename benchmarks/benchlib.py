@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 from pathlib import Path
@@ -37,15 +38,33 @@ def write_json(path: Path | None, results: dict, console: Console) -> None:
 # -- the local cluster ---------------------------------------------------------------------------------
 
 
-def podman(*args: str, check: bool = True, timeout: float = 3600) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
+def podman(
+    *args: str, check: bool = True, timeout: float = 3600, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        ["podman", *args],
+        capture_output=True,
+        text=True,
+        check=check,
+        timeout=timeout,
+        env=None if env is None else {**os.environ, **env},
+    )
 
 
 def in_container(
-    name: str, command: str, *, user: str | None = None, check: bool = True, timeout: float = 3600
+    name: str,
+    command: str,
+    *,
+    user: str | None = None,
+    check: bool = True,
+    timeout: float = 3600,
+    env: dict[str, str] | None = None,
 ):
+    """``command`` in bash in the container; ``env`` is set there by name only (`podman exec --env NAME`
+    takes the value from podman's own environment), so a secret never reaches a command line."""
     wrapped = f"runuser -u {user} -- bash -lc {shlex.quote(command)}" if user else command
-    return podman("exec", name, "bash", "-lc", wrapped, check=check, timeout=timeout)
+    names = [f"--env={key}" for key in sorted(env or {})]
+    return podman("exec", *names, name, "bash", "-lc", wrapped, check=check, timeout=timeout, env=env)
 
 
 def running_containers() -> list[str] | str:

@@ -153,6 +153,7 @@ STORE = "store"
 LINK_RATES = ("100mbit", "50mbit")
 SHARED = "/srv/megahour"
 WARM_PASSES = 6
+STORE_ACCESS_KEY = "megahour-local"  # inventories/local/group_vars/all.yml: local_store_access_key
 
 
 def cluster_ready() -> str | None:
@@ -189,9 +190,60 @@ def bench_episodes(count: int, seconds: float) -> list[Path]:
     return paths
 
 
-def node_json(command: str) -> dict:
-    out = in_container(NODE, command, timeout=3600)
+def node_json(command: str, env: dict[str, str] | None = None) -> dict:
+    out = in_container(NODE, command, timeout=3600, env=env)
     return json.loads(out.stdout)
+
+
+def store_credentials() -> dict[str, str]:
+    """The local store's key (inventories/local: the access key is fixed, the secret generated), for
+    the loader's signed reads of the bucket, as a job's environment would give it."""
+    secret = REPO / "inventories" / "local" / ".secrets" / "store_secret_key"
+    if not secret.is_file():
+        raise SystemExit(
+            f"error: {secret} is missing: the remote store's secret is written there by `make up "
+            "REMOTE_STORE=1`; make the cluster again"
+        )
+    return {"AWS_ACCESS_KEY_ID": STORE_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": secret.read_text().strip()}
+
+
+def remote_direct_read(target: Path, run: str, episodes: list[Path], cache_config: CacheConfig, raw: dict):
+    """The command and environment that read the samples' page ranges from the remote bucket itself.
+
+    The local inventory lets the nodes see the bucket's directory as files (``local_root``), and the
+    loader's fallback then reads those files, which are on this machine's disk. The remote baseline
+    must cross the emulated link, so it reads the same episodes by their ``s3://`` names with a copy of
+    the node's cache settings without ``local_root``: signed ranged GETs to the store, as on a cluster
+    whose nodes do not mount the bucket.
+    """
+    import pyarrow as pa
+
+    from megahour.curation.manifest import write_manifest
+
+    bucket = cache_config.root_ufs.rstrip("/")
+    uris = [f"{bucket}/{run}/{p.name}" for _ in range(3) for p in episodes]
+    table = pa.table(
+        {
+            "episode_id": [f"{p.stem}-{k}" for k in range(3) for p in episodes],
+            "storage_uri": uris,
+            "bytes": pa.array([p.stat().st_size for _ in range(3) for p in episodes], type=pa.uint64()),
+        }
+    )
+    write_manifest(
+        table,
+        target / "manifest-remote.arrow",
+        world_size=1,
+        query="benchmarks/delivery.py (the bucket's names)",
+        warehouse="none",
+        warehouse_version="",
+    )
+    (target / "cache-remote.yml").write_text(yaml.safe_dump({**raw, "local_root": ""}, sort_keys=False))
+    os.chmod(target / "cache-remote.yml", 0o644)
+    command = (
+        f"megahour cache warm --manifest {SHARED}/{run}/manifest-remote.arrow --spec vla --parallel 4 "
+        f"--json --direct --config {SHARED}/{run}/cache-remote.yml"
+    )
+    return command, store_credentials()
 
 
 def read_figures(quick: bool, step_time: float) -> dict:
@@ -232,9 +284,8 @@ def read_figures(quick: bool, step_time: float) -> dict:
     in_container(NODE, f"megahour manifest verify {manifest} --json")
     # The node's cache settings (roles/alluxio writes them), parsed as the loader parses them: the page
     # geometry (a read is one proxy request per page range) and whether the under-store is remote.
-    cache_config = CacheConfig.from_dict(
-        yaml.safe_load(in_container(NODE, f"cat {DEFAULT_CONFIG}").stdout), f"{NODE}:{DEFAULT_CONFIG}"
-    )
+    raw_config = yaml.safe_load(in_container(NODE, f"cat {DEFAULT_CONFIG}").stdout)
+    cache_config = CacheConfig.from_dict(raw_config, f"{NODE}:{DEFAULT_CONFIG}")
     geometry = cache_config.geometry
     range_mb = geometry.range_bytes / 1e6
     read = f"megahour cache read --manifest {manifest} --spec vla --json"
@@ -263,8 +314,15 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "fallbacks": sum(p["fallbacks"] for p in passes),
     }
     cached["mb_per_s"] = round(float(np.median(cached["pass_mb_per_s"])), 2)
-    direct = {}
-    rates = [None, *LINK_RATES] if remote else [None]
+    # The same ranges with no cache: from the files on this machine's disk when the nodes see the
+    # under-store as files (local_root), and, with the remote store, from the bucket over the link.
+    # Without the remote store those files are the under-store itself.
+    local_files = node_json(f"{warm_cmd} --direct") if (cache_config.local_root or not remote) else None
+    direct = {} if remote else {"role_default": local_files}
+    rates = [None, *LINK_RATES] if remote else []
+    remote_cmd, remote_env = (
+        remote_direct_read(target, run, episodes, cache_config, raw_config) if remote else (None, None)
+    )
     qdisc = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote else None
     try:
         for rate in rates:
@@ -272,7 +330,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
                 in_container(
                     STORE, f"tc qdisc replace dev eth0 root tbf rate {rate} burst 256kb latency 50ms"
                 )
-            direct[rate or "role_default"] = node_json(f"{warm_cmd} --direct")  # the same ranges, no cache
+            direct[rate or "role_default"] = node_json(remote_cmd, env=remote_env)
     finally:
         if remote:
             in_container(STORE, "systemctl restart megahour-store-shaping")  # back to the role's settings
@@ -298,7 +356,13 @@ def read_figures(quick: bool, step_time: float) -> dict:
         reads.add_column(col, justify="right")
     reads.add_row("warm cache", f"{cached['mb_per_s']}", "")
     for link, d in direct.items():
-        reads.add_row(f"under-store ({link})", f"{d['mb_per_s']}", f"{speedups[link]:.1f}x")
+        reads.add_row(f"remote under-store ({link})", f"{d['mb_per_s']}", f"{speedups[link]:.1f}x")
+    if remote and local_files is not None:
+        reads.add_row(
+            "the same files on this machine's disk",
+            f"{local_files['mb_per_s']}",
+            f"{cached['mb_per_s'] / local_files['mb_per_s']:.3f}x",
+        )
     console.print(reads)
 
     def strip(e: dict) -> dict:
@@ -319,6 +383,9 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "warm": strip(hot),
         "warm_read": cached,
         "under_store_read": direct,
+        # None with the remote store when the nodes do not see it as files.
+        "local_files_read": local_files if remote else None,
+        "local_files_read_mb_per_s": local_files["mb_per_s"] if (remote and local_files) else None,
         "data_wait_cold": cold["data_wait_fraction"],
         "data_wait_warm": hot["data_wait_fraction"],
         "warm_hit_ratio": hot["hit_ratio"],

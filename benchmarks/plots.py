@@ -205,16 +205,22 @@ def delivery_reads(results: dict, out_dir: Path) -> list[Path]:
     width = 0.38
     passes = reads.get("warm_read", {}).get("passes")
     warm_label = "warm cache (all hits" + (f", median of {passes} passes)" if passes else ")")
+    source = "remote under-store (S3 over the link)" if reads.get("under_store_remote") else "under-store"
     for i, link in enumerate(links):
         ax.bar(i - width / 2, warm, width, color="C0", label=warm_label if i == 0 else None)
         ax.bar(
-            i + width / 2, direct[link], width, color="C1", label="under-store, no cache" if i == 0 else None
+            i + width / 2, direct[link], width, color="C1", label=f"{source}, no cache" if i == 0 else None
         )
         _bar_label(ax, i + width / 2, direct[link], f"cache {warm / direct[link]:.1f}x")
+    # The ceiling the warm cache is measured against: the same files read on this machine's disk.
+    local = reads.get("local_files_read_mb_per_s")
+    if local:
+        ax.axhline(local, color="C2", linestyle="--", label=f"the same files on local disk ({local:.0f} MB/s)")
     ax.set_xticks(range(len(links)), [_link_label(link, reads) for link in links])
     ax.set(yscale="log", xlabel="under-store link", ylabel="read throughput on one node (MB/s)")
     # Log axes pick poor limits for two close bars; headroom above is for the legend.
-    ax.set_ylim(min(warm, *direct.values()) / 3, max(warm, *direct.values()) * 4)
+    values = [warm, *direct.values(), *([local] if local else [])]
+    ax.set_ylim(min(values) / 3, max(values) * 4)
     ax.set_xlim(-0.75, len(links) - 0.25)
     ax.grid(True, axis="y", which="both", alpha=0.3)
     ax.legend(fontsize=8)
