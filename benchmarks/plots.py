@@ -215,7 +215,8 @@ def delivery_reads(results: dict, out_dir: Path) -> list[Path]:
     # The ceiling the warm cache is measured against: the same files read on this machine's disk.
     local = reads.get("local_files_read_mb_per_s")
     if local:
-        ax.axhline(local, color="C2", linestyle="--", label=f"the same files on local disk ({local:.0f} MB/s)")
+        label = f"the same files on local disk ({local:.0f} MB/s)"
+        ax.axhline(local, color="C2", linestyle="--", label=label)
     ax.set_xticks(range(len(links)), [_link_label(link, reads) for link in links])
     ax.set(yscale="log", xlabel="under-store link", ylabel="read throughput on one node (MB/s)")
     # Log axes pick poor limits for two close bars; headroom above is for the legend.
