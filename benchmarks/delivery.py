@@ -207,35 +207,35 @@ def store_credentials() -> dict[str, str]:
     return {"AWS_ACCESS_KEY_ID": STORE_ACCESS_KEY, "AWS_SECRET_ACCESS_KEY": secret.read_text().strip()}
 
 
-def remote_direct_read(target: Path, run: str, episodes: list[Path], cache_config: CacheConfig, raw: dict):
-    """The command and environment that read the samples' page ranges from the remote bucket itself.
-
-    The local inventory lets the nodes see the bucket's directory as files (``local_root``), and the
-    loader's fallback then reads those files, which are on this machine's disk. The remote baseline
-    must cross the emulated link, so it reads the same episodes by their ``s3://`` names with a copy of
-    the node's cache settings without ``local_root``: signed ranged GETs to the store, as on a cluster
-    whose nodes do not mount the bucket.
-    """
+def write_bench_manifest(rows: list[tuple[str, str, int]], path: Path, query: str) -> None:
+    """A one-rank manifest of (episode_id, storage_uri, bytes) rows."""
     import pyarrow as pa
 
     from megahour.curation.manifest import write_manifest
 
-    bucket = cache_config.root_ufs.rstrip("/")
-    uris = [f"{bucket}/{run}/{p.name}" for _ in range(3) for p in episodes]
     table = pa.table(
         {
-            "episode_id": [f"{p.stem}-{k}" for k in range(3) for p in episodes],
-            "storage_uri": uris,
-            "bytes": pa.array([p.stat().st_size for _ in range(3) for p in episodes], type=pa.uint64()),
+            "episode_id": [r[0] for r in rows],
+            "storage_uri": [r[1] for r in rows],
+            "bytes": pa.array([r[2] for r in rows], type=pa.uint64()),
         }
     )
-    write_manifest(
-        table,
-        target / "manifest-remote.arrow",
-        world_size=1,
-        query="benchmarks/delivery.py (the bucket's names)",
-        warehouse="none",
-        warehouse_version="",
+    write_manifest(table, path, world_size=1, query=query, warehouse="none", warehouse_version="")
+
+
+def remote_direct_read(target: Path, run: str, rows: list[tuple[str, str, int]], raw: dict, bucket: str):
+    """The command and environment that read the samples' page ranges from the remote bucket itself.
+
+    The local inventory lets the nodes see the bucket's directory as files (``local_root``), and the
+    loader's fallback then reads those files, which are on this machine's disk. The remote baseline
+    must cross the emulated link, so it reads the same episodes (``rows``, by their file names) by their
+    ``s3://`` names in ``bucket`` with a copy of the node's cache settings without ``local_root``: signed
+    ranged GETs to the store, as on a cluster whose nodes do not mount the bucket.
+    """
+    local = f"file://{SHARED}/"
+    remote_rows = [(e, f"{bucket.rstrip('/')}/{uri.removeprefix(local)}", size) for e, uri, size in rows]
+    write_bench_manifest(
+        remote_rows, target / "manifest-remote.arrow", "benchmarks/delivery.py (the bucket's names)"
     )
     (target / "cache-remote.yml").write_text(yaml.safe_dump({**raw, "local_root": ""}, sort_keys=False))
     os.chmod(target / "cache-remote.yml", 0o644)
@@ -247,10 +247,6 @@ def remote_direct_read(target: Path, run: str, episodes: list[Path], cache_confi
 
 
 def read_figures(quick: bool, step_time: float) -> dict:
-    import pyarrow as pa
-
-    from megahour.curation.manifest import write_manifest
-
     episodes = bench_episodes(4 if quick else 24, 4.0)
     run = f"bench-delivery/{time.strftime('%Y%m%dT%H%M%S')}"  # fresh objects: a cold cache by construction
     target = shared_mountpoint() / run
@@ -265,21 +261,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
         for k in range(3)
         for p in episodes
     ]
-    table = pa.table(
-        {
-            "episode_id": [r[0] for r in rows],
-            "storage_uri": [r[1] for r in rows],
-            "bytes": pa.array([r[2] for r in rows], type=pa.uint64()),
-        }
-    )
-    write_manifest(
-        table,
-        target / "manifest.arrow",
-        world_size=1,
-        query="benchmarks/delivery.py",
-        warehouse="none",
-        warehouse_version="",
-    )
+    write_bench_manifest(rows, target / "manifest.arrow", "benchmarks/delivery.py")
     manifest = f"{SHARED}/{run}/manifest.arrow"
     in_container(NODE, f"megahour manifest verify {manifest} --json")
     # The node's cache settings (roles/alluxio writes them), parsed as the loader parses them: the page
@@ -321,7 +303,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
     direct = {} if remote else {"role_default": local_files}
     rates = [None, *LINK_RATES] if remote else []
     remote_cmd, remote_env = (
-        remote_direct_read(target, run, episodes, cache_config, raw_config) if remote else (None, None)
+        remote_direct_read(target, run, rows, raw_config, cache_config.root_ufs) if remote else (None, None)
     )
     qdisc = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote else None
     try:

@@ -2,26 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
-import sys
 
-from tests.conftest import REPO
-
-
-def load_benchlib():
-    sys.path.insert(0, str(REPO / "benchmarks"))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_benchlib", REPO / "benchmarks" / "benchlib.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(REPO / "benchmarks"))
+from tests.benchmarks import load_script
 
 
 def test_in_container_passes_a_secret_by_name_only(monkeypatch):
-    benchlib = load_benchlib()
+    benchlib = load_script("benchlib")
     calls = []
 
     def run(argv, **kwargs):
@@ -47,7 +34,7 @@ def test_in_container_passes_a_secret_by_name_only(monkeypatch):
 
 
 def test_in_container_without_env_inherits_the_environment(monkeypatch):
-    benchlib = load_benchlib()
+    benchlib = load_script("benchlib")
     calls = []
     monkeypatch.setattr(
         benchlib.subprocess,

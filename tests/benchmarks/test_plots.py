@@ -7,26 +7,18 @@ to a script's keys shows up here rather than as a broken plot after an hour-long
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
 from PIL import Image
 from rich.table import Table
 
-from tests.conftest import REPO
+from tests.benchmarks import load_script
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
-def _load(name: str):
-    # Prefixed: "episodes" or "manifest" alone could shadow another module in a shared test process.
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "benchmarks" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # their dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+_load = load_script
 
 
 plots = _load("plots")
