@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,6 +25,67 @@ import time
 from tests.conftest import BIN, REPO
 
 DEFAULT_LANES = ("cluster", "faults or warehouse")
+
+# A failed lane's cause is printed again after the verdicts: CI keeps only the last ~1.5 KB of a run's
+# output, and a lane's fatal task is hundreds of lines above that.
+RECAP_CHARS = 1200
+RECAP_TAIL_LINES = 6
+_FATAL = re.compile(r"(fatal|failed): \[")
+
+
+def _bare(line: str) -> str:
+    """A lane's line without test_scenarios' "  molecule <scenario> |  <t> s | " prefix or the "E  ..." of
+    pytest's failure report (which repeats molecule's last lines), indentation past those kept."""
+    line = line.rstrip("\n")
+    if line.lstrip().startswith("molecule ") and line.count(" | ") >= 2:
+        return line.split(" | ", 2)[2]
+    return re.sub(r"^E {7}(  )?", "", line)
+
+
+def failure_recap(lines: list[str]) -> list[str]:
+    """The lines that say why a lane failed, RECAP_CHARS at most: the last Ansible ``fatal:``/``failed:``
+    line not followed by ``...ignoring``, the ``TASK [...]`` header above it and the indented result below
+    it (from its ``msg:`` on, where it has one; the YAML result callback, ansible.cfg); without one (an
+    image build, pytest itself), the lane's last RECAP_TAIL_LINES lines."""
+    bare = [_bare(line) for line in lines]
+    for index in range(len(bare) - 1, -1, -1):
+        if not _FATAL.match(bare[index].strip()):
+            continue
+        below = []
+        for later in bare[index + 1 :]:
+            if later.strip() and not later.startswith(" "):
+                break
+            below.append(later.rstrip())
+        after = next((later.strip() for later in bare[index + 1 + len(below) :] if later.strip()), "")
+        if after.endswith("...ignoring"):
+            continue
+        msg = next((n for n, text in enumerate(below) if text.strip().startswith("msg:")), 0)
+        task = next(
+            (earlier.strip() for earlier in reversed(bare[:index]) if earlier.startswith("TASK [")), ""
+        )
+        chosen = [text for text in (task, bare[index].strip(), *below[msg:]) if text.strip()]
+        break
+    else:
+        chosen = [text.rstrip() for text in bare[-RECAP_TAIL_LINES:]]
+    recap, room = [], RECAP_CHARS
+    for text in chosen:
+        if room <= 0:
+            break
+        recap.append(text[:room])
+        room -= len(text) + 1
+    return recap
+
+
+def _stream(name: str, proc: subprocess.Popen, lock: threading.Lock, started: float, ended: dict) -> None:
+    # A lane prints little (molecule's stage lines, and pytest's report of a failure): all of it is kept.
+    printed = []
+    for line in proc.stdout:
+        with lock:
+            sys.stdout.write(f"[{name}] {line}")
+            sys.stdout.flush()
+        printed.append(line)
+    rc = proc.wait()
+    ended[name] = (rc, time.monotonic() - started, failure_recap(printed))
 
 
 def _build_images(env: dict) -> int:
@@ -39,14 +101,6 @@ def _build_images(env: dict) -> int:
             print(f"error: the {suite} node image did not build (above); no scenario ran", file=sys.stderr)
             return built.returncode
     return 0
-
-
-def _stream(name: str, proc: subprocess.Popen, lock: threading.Lock, started: float, ended: dict) -> None:
-    for line in proc.stdout:
-        with lock:
-            sys.stdout.write(f"[{name}] {line}")
-            sys.stdout.flush()
-    ended[name] = (proc.wait(), time.monotonic() - started)
 
 
 def run_lanes(lanes: list[str], pytest_args: list[str]) -> int:
@@ -78,9 +132,15 @@ def run_lanes(lanes: list[str], pytest_args: list[str]) -> int:
         thread.join()
     print("==> molecule lanes", flush=True)
     for lane in lanes:
-        rc, seconds = ended[lane]
+        rc, seconds, _ = ended[lane]
         verdict = "passed" if rc == 0 else f"failed (exit {rc})"
         print(f"  lane '{lane}': {verdict} after {seconds:.0f} s", flush=True)
+    for lane in lanes:
+        rc, _, recap = ended[lane]
+        if rc != 0:
+            print(f"==> why lane '{lane}' failed (its first fatal task, or its last lines):", flush=True)
+            for line in recap:
+                print(f"  {line}", flush=True)
     return next((ended[lane][0] for lane in lanes if ended[lane][0] != 0), 0)
 
 
