@@ -20,6 +20,10 @@ Two parts, both in one run:
     under-store directly
     (``--direct``), in the same run; with the remote store, at the role's link (200 Mbit/s) and again with
     the store's tc cap set to 100 and 50 Mbit/s (restored afterwards), since the ratio depends on the link.
+  - the node's own read limit for the same page ranges (``megahour cache limit``): the files read with
+    the page cache cold and warm, and the cache volume's raw O_DIRECT rate; the warm cache's read as a
+    fraction of each, and every read's MB/s per core the machine kept busy (/proc/stat: on the local
+    cluster every node shares this machine, so the cache's remote owners are charged too).
   The remote is the `store` container (``make up REMOTE_STORE=1``): an S3 server behind a tc bandwidth cap
   and a delaying proxy (roles/understore). Without it the under-store is the shared volume on this
   machine's disk, and the figures say so (``under_store``).
@@ -153,6 +157,10 @@ STORE = "store"
 LINK_RATES = ("100mbit", "50mbit")
 SHARED = "/srv/megahour"
 WARM_PASSES = 6
+# The cache volume the page store lives on (inventories/local/group_vars/compute.yml: megahour_cache_dirs).
+CACHE_VOLUME = "/var/lib/megahour/nvme0"
+# Issue 28: warm-cache reads at half the node's own read limit, or better.
+TARGET_WARM_OVER_LIMIT = 0.5
 STORE_ACCESS_KEY = "megahour-local"  # inventories/local/group_vars/all.yml: local_store_access_key
 
 
@@ -296,6 +304,8 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "fallbacks": sum(p["fallbacks"] for p in passes),
     }
     cached["mb_per_s"] = round(float(np.median(cached["pass_mb_per_s"])), 2)
+    per_core = [p["mb_per_s_per_core"] for p in passes if p.get("mb_per_s_per_core")]
+    cached["mb_per_s_per_core"] = round(float(np.median(per_core)), 2) if per_core else None
     # The same ranges with no cache: from the files on this machine's disk when the nodes see the
     # under-store as files (local_root), and, with the remote store, from the bucket over the link.
     # Without the remote store those files are the under-store itself.
@@ -305,6 +315,15 @@ def read_figures(quick: bool, step_time: float) -> dict:
     remote_cmd, remote_env = (
         remote_direct_read(target, run, rows, raw_config, cache_config.root_ufs) if remote else (None, None)
     )
+    # The node's own limit for the same ranges, after the reads above (its cold read evicts the files).
+    node_limit = node_json(
+        f"megahour cache limit --manifest {manifest} --spec vla --parallel 4 --json --volume {CACHE_VOLUME}"
+    )
+    limit_rows = {name: node_limit[name] for name in ("files_cold", "files_warm", "volume_raw")}
+    over_limit = {
+        name: (cached["mb_per_s"] / row["mb_per_s"] if row and row.get("mb_per_s") else None)
+        for name, row in limit_rows.items()
+    }
     qdisc = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote else None
     try:
         for rate in rates:
@@ -346,6 +365,39 @@ def read_figures(quick: bool, step_time: float) -> dict:
             f"{cached['mb_per_s'] / local_files['mb_per_s']:.3f}x",
         )
     console.print(reads)
+    limits = Table(
+        title=f"the node's own read limit for the same {node_limit['page_ranges']} page ranges "
+        f"({node_limit['bytes'] / 1e6:.1f} MB, 4 at a time), and the warm cache against it"
+    )
+    for col in ("read", "MB/s", "cores busy", "MB/s per core", "warm cache over it", "how"):
+        limits.add_column(col, justify="right")
+    labels = {
+        "files_cold": "files, page cache cold",
+        "files_warm": "files, page cache warm",
+        "volume_raw": "cache volume, raw",
+    }
+    for name, row in limit_rows.items():
+        if row is None:
+            limits.add_row(labels[name], "-", "-", "-", "-", node_limit["files_skipped"] or "not measured")
+            continue
+        ratio = over_limit[name]
+        limits.add_row(
+            labels[name],
+            "-" if row["mb_per_s"] is None else f"{row['mb_per_s']}",
+            "-" if row["node_cores_busy"] is None else f"{row['node_cores_busy']}",
+            "-" if row["mb_per_s_per_core"] is None else f"{row['mb_per_s_per_core']}",
+            "-" if ratio is None else f"{ratio:.3f}x",
+            row["withheld"] or row["method"],
+        )
+    limits.add_row(
+        "warm cache (the S3 proxies)",
+        f"{cached['mb_per_s']}",
+        "-",
+        "-" if cached["mb_per_s_per_core"] is None else f"{cached['mb_per_s_per_core']}",
+        "",
+        f"median of {WARM_PASSES} passes",
+    )
+    console.print(limits)
 
     def strip(e: dict) -> dict:
         return {k: v for k, v in e.items() if k != "delivered"}
@@ -374,6 +426,11 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "warm_read_mb_per_s": cached["mb_per_s"],
         "under_store_read_mb_per_s": {link: d["mb_per_s"] for link, d in direct.items()},
         "warm_over_under_store_read": speedups,
+        "warm_read_mb_per_s_per_core": cached["mb_per_s_per_core"],
+        "limit": node_limit,
+        "limit_mb_per_s": {name: row["mb_per_s"] if row else None for name, row in limit_rows.items()},
+        "warm_over_limit": over_limit,
+        "target_warm_over_limit": TARGET_WARM_OVER_LIMIT,
         "target_warm_over_remote": 5.0,
         "target_data_wait_warm": 0.02,
     }

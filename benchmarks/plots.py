@@ -230,6 +230,56 @@ def delivery_reads(results: dict, out_dir: Path) -> list[Path]:
     return [_save(fig, out_dir, "delivery-warm-vs-remote.png")]
 
 
+_LIMIT_LABELS = {
+    "files_cold": "files, page cache cold",
+    "files_warm": "files, page cache warm",
+    "volume_raw": "cache volume, raw (O_DIRECT)",
+}
+
+
+def delivery_limit(results: dict, out_dir: Path) -> list[Path]:
+    """The warm cache against the node's own read limit: MB/s, and MB/s per core kept busy."""
+    why = results.get("reads_skipped")
+    _need(results, "delivery", "reads", why=why and f"read figures skipped: {why}")
+    limit = _need(results, "delivery", "reads", "limit")
+    warm = _need(results, "delivery", "reads", "warm_read_mb_per_s")
+    warm_per_core = results["reads"].get("warm_read_mb_per_s_per_core")
+    target = results["reads"].get("target_warm_over_limit", 0.5)
+    rows = [
+        (_LIMIT_LABELS[name], limit[name]["mb_per_s"], limit[name].get("mb_per_s_per_core"), "C2")
+        for name in _LIMIT_LABELS
+        if limit.get(name) and limit[name].get("mb_per_s")
+    ]
+    if not rows:
+        raise _missing("delivery", "reads.limit", "no limit read has a figure (each was skipped or withheld)")
+    rows.append(("warm cache (the S3 proxies)", warm, warm_per_core, "C0"))
+    fig, axes = _figure(ncols=2, size=(12, 4.5))
+    for ax, column, xlabel in (
+        (axes[0][0], 1, "read throughput on one node (MB/s)"),
+        (axes[0][1], 2, "MB/s per CPU core the machine kept busy"),
+    ):
+        labels = [row[0] for row in rows]
+        values = [row[column] or 0.0 for row in rows]
+        ax.barh(range(len(rows)), values, color=[row[3] for row in rows])
+        for i, value in enumerate(values):
+            ax.text(value, i, f" {value:.0f}" if value else " n/a", va="center", fontsize=8)
+        ax.set_yticks(range(len(rows)), labels if column == 1 else [""] * len(rows))
+        ax.set(xscale="log", xlabel=xlabel)
+        ax.set_xlim(max(1.0, min(v for v in values if v) / 3), max(values) * 6)
+        ax.grid(True, axis="x", which="both", alpha=0.3)
+    cold = limit.get("files_cold") or {}
+    if cold.get("mb_per_s"):
+        axes[0][0].axvline(
+            cold["mb_per_s"] * target, color="C3", linestyle="--", label=f"target: {target:.0%} of cold files"
+        )
+        axes[0][0].legend(fontsize=8, loc="lower right")
+    fig.suptitle(
+        f"The warm cache against the node's own read limit ({results['reads'].get('node', 'gpu-1')})"
+    )
+    _footer(fig, results, "delivery")
+    return [_save(fig, out_dir, "delivery-limit.png")]
+
+
 # --- benchmarks/muon.py -----------------------------------------------------------------------------------
 
 
@@ -339,7 +389,7 @@ def ingest_throughput(results: dict, out_dir: Path) -> list[Path]:
 GROUPS: dict[str, tuple[Callable[[dict, Path], list[Path]], ...]] = {
     "episodes": (episode_size_latency, gop_sweep),
     "manifest": (manifest_load,),
-    "delivery": (delivery_reads,),
+    "delivery": (delivery_reads, delivery_limit),
     "muon": (muon_steps,),
     "ingest": (ingest_throughput,),
 }

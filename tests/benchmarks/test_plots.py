@@ -130,6 +130,15 @@ def _epoch(wait: float) -> dict:
     return {"data_wait_fraction": wait, "samples_per_s": 3.9, "hit_ratio": 1.0, "fallbacks": 0}
 
 
+def _limit_read(mb_per_s: float, cores: float) -> dict:
+    """One read of `megahour cache limit --json`."""
+    return {
+        "bytes": 40 << 20, "seconds": (40 << 20) / 1e6 / mb_per_s, "mb_per_s": mb_per_s, "cpu_s": 0.1,
+        "node_cpu_busy_s": cores * (40 << 20) / 1e6 / mb_per_s, "node_cores_busy": cores,
+        "mb_per_s_per_core": mb_per_s / cores, "method": "pread", "withheld": "",
+    }  # fmt: skip
+
+
 def delivery_results() -> dict:
     direct = {"role_default": 22.0, "100mbit": 11.5, "50mbit": 5.9}
     warm = 480.0
@@ -147,6 +156,12 @@ def delivery_results() -> dict:
         "warm_over_under_store_read": {link: warm / mbps for link, mbps in direct.items()},
         "target_warm_over_remote": 5.0, "target_data_wait_warm": 0.02,
         "local_files_read": {"mb_per_s": 2400.0, "page_ranges": 40}, "local_files_read_mb_per_s": 2400.0,
+        "warm_read_mb_per_s_per_core": 120.0, "target_warm_over_limit": 0.5,
+        "limit": {
+            "objects": 4, "page_ranges": 40, "bytes": 40 << 20, "files_skipped": "",
+            "files_cold": _limit_read(900.0, 1.1), "files_warm": _limit_read(4800.0, 2.0),
+            "volume_raw": _limit_read(1500.0, 0.9),
+        },
     }  # fmt: skip
     return {
         "commit": "abc1234",
@@ -232,6 +247,7 @@ CASES = {
     "gop_sweep": episodes_results,
     "manifest_load": manifest_results,
     "delivery_reads": delivery_results,
+    "delivery_limit": delivery_results,
     "muon_steps": muon_results,
     "ingest_throughput": ingest_results,
 }
@@ -240,6 +256,7 @@ SCRIPTS = {
     "gop_sweep": "episodes",
     "manifest_load": "manifest",
     "delivery_reads": "delivery",
+    "delivery_limit": "delivery",
     "muon_steps": "muon",
     "ingest_throughput": "ingest",
 }

@@ -25,16 +25,46 @@ def test_reads_return_the_objects_bytes(offset: int, length: int, pages_per_rang
     assert client.read("storage/a.mcap", offset, length) == DATA[offset : offset + length]
 
 
-def test_each_piece_goes_through_its_owner_only() -> None:
+def _owner_runs(client: CacheClient, key: str, offset: int, length: int) -> list[tuple]:
+    """The requests a read should make: adjacent pieces of one owner merged into one."""
+    runs: list[list] = []
+    for p in pieces(offset, length, client.config.geometry):
+        owner = client.ring.owner(key, p.page_range)
+        if runs and runs[-1][0] == owner:
+            runs[-1][3] += p.length
+        else:
+            runs.append([owner, key, p.offset, p.length])
+    return [tuple(run) for run in runs]
+
+
+def test_each_piece_goes_through_its_owner_only_adjacent_pieces_of_one_owner_in_one_request() -> None:
     client, transport, _ = client_for()
     client.read("storage/a.mcap", 1000, 30000)
-    expected = [
-        (client.ring.owner("storage/a.mcap", p.page_range), "storage/a.mcap", p.offset, p.length)
-        for p in pieces(1000, 30000, client.config.geometry)
-    ]
+    expected = _owner_runs(client, "storage/a.mcap", 1000, 30000)
     assert transport.calls == expected
+    # This read has 8 pieces, and two owners each hold two adjacent ones: 6 requests.
+    assert (client.stats.pieces, client.stats.requests, len(expected)) == (8, 6, 6)
     assert client.stats.under_store_bytes == 0
     assert sum(client.stats.bytes_by_worker.values()) == 30000
+
+
+@settings(max_examples=200, deadline=None)
+@given(offset=st.integers(0, len(DATA)), length=st.integers(1, len(DATA)), pages_per_range=st.integers(1, 4))
+def test_every_request_stays_within_one_owner_s_page_ranges(
+    offset: int, length: int, pages_per_range: int
+) -> None:
+    length = min(length, len(DATA) - offset)
+    client, transport, _ = client_for(pages_per_range=pages_per_range)
+    client.read("storage/a.mcap", offset, length)
+    span = client.config.geometry.range_bytes
+    covered = offset
+    for worker, key, start, size in transport.calls:
+        assert start == covered  # in order, no gap, no overlap
+        covered += size
+        owners = {client.ring.owner(key, r) for r in range(start // span, (start + size - 1) // span + 1)}
+        assert owners == {worker}
+    assert covered == offset + length
+    assert client.stats.requests == len(transport.calls) <= client.stats.pieces
 
 
 def test_a_down_owner_falls_back_to_the_under_store_then_the_next_owner() -> None:

@@ -1,4 +1,4 @@
-"""`megahour cache warm|status|read`: the NVMe cache tier, from a node's point of view."""
+"""`megahour cache warm|limit|status|read`: the NVMe cache tier, from a node's point of view."""
 
 from __future__ import annotations
 
@@ -50,6 +50,24 @@ def register(subparsers: cliutil.Subparsers) -> None:
     p.add_argument("--parallel", type=int, default=4, help="page ranges read at once")
     p.add_argument(
         "--direct", action="store_true", help="read the same page ranges from the under-store (baseline)"
+    )
+    cliutil.add_json_flag(p)
+    _config_arg(p)
+
+    p = cliutil.add_command(
+        cache,
+        "limit",
+        _cmd_limit,
+        help="the node's own read limit for a manifest's page ranges (files cold, warm; the cache volume)",
+        exits={0: "every read ran, or was skipped with the reason", 1: cliutil.FAILED},
+    )
+    p.add_argument("--manifest", required=True, help="a local manifest (megahour manifest fetch)")
+    specfile.add_arguments(p, "sample spec the training reads (its topic groups)")
+    p.add_argument("--parallel", type=int, default=4, help="page ranges read at once")
+    p.add_argument(
+        "--volume",
+        help="the cache volume (a page store directory, megahour_cache_dirs) to measure the raw rate of; "
+        "left out: not measured",
     )
     cliutil.add_json_flag(p)
     _config_arg(p)
@@ -134,6 +152,64 @@ def _cmd_warm(args: argparse.Namespace, console: Console) -> int:
             "`megahour cache status`"
         )
         return 1
+    return 0
+
+
+def _cmd_limit(args: argparse.Namespace, console: Console) -> int:
+    from pathlib import Path
+
+    from megahour.delivery import limit, manifest_refs, warm
+    from megahour.delivery.client import CacheClient, CacheConfig
+    from megahour.episodes.specfile import from_args
+
+    # Planned through a bypassing client: opening each episode reads the files, not the cache.
+    config = CacheConfig.load(args.config)
+    client = CacheClient(config, bypass=True)
+    refs = manifest_refs.all_refs(args.manifest, config)
+    spec = from_args(args)
+    warm_plan = warm.plan(client, refs, spec)
+    span = config.geometry.range_bytes
+    ranges = {
+        key: [(r * span, min(warm_plan.sizes[key], (r + 1) * span) - r * span) for r in page_ranges]
+        for key, page_ranges in warm_plan.ranges.items()
+    }
+    console.print(
+        f"reading {warm_plan.page_range_count} page ranges of {len(ranges)} episodes "
+        f"({warm_plan.bytes(config.geometry) / 1e6:.1f} MB), {args.parallel} at a time",
+        highlight=False,
+    )
+    result = limit.measure(
+        limit.local_root(config), ranges, Path(args.volume) if args.volume else None, span, args.parallel
+    )
+    report = {"manifest": args.manifest, "spec": spec.name, "parallel": args.parallel, **result.to_dict()}
+    if args.json:
+        cliutil.print_json(report)
+        return 0
+    rows = []
+    for label, rate in (
+        ("files, page cache cold", result.files_cold),
+        ("files, page cache warm", result.files_warm),
+        ("cache volume, raw", result.volume_raw),
+    ):
+        if rate is None:
+            why = result.files_skipped if label.startswith("files") else "no --volume"
+            rows.append((label, "-", "-", "-", why))
+            continue
+        figures = rate.to_dict()
+        rows.append(
+            (
+                label,
+                "-" if figures["mb_per_s"] is None else f"{figures['mb_per_s']:.1f}",
+                "-" if figures["node_cores_busy"] is None else f"{figures['node_cores_busy']:.2f}",
+                "-" if figures["mb_per_s_per_core"] is None else f"{figures['mb_per_s_per_core']:.1f}",
+                rate.withheld or rate.method,
+            )
+        )
+    console.print(
+        cliutil.table(
+            ("read", "MB/s", "cores busy", "MB/s per core", "how"), rows, title="the node's read limit"
+        )
+    )
     return 0
 
 

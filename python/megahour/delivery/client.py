@@ -226,7 +226,8 @@ class Transport(Protocol):
 @dataclass
 class ClientStats:
     reads: int = 0
-    pieces: int = 0
+    pieces: int = 0  # page-range pieces of the reads
+    requests: int = 0  # the requests that served them: adjacent pieces of one owner share one
     bytes_by_worker: Counter = field(default_factory=Counter)
     under_store_bytes: int = 0
     fallbacks: int = 0  # pieces whose owner failed and which the under-store served
@@ -235,6 +236,7 @@ class ClientStats:
         return {
             "reads": self.reads,
             "pieces": self.pieces,
+            "requests": self.requests,
             "bytes_by_worker": dict(sorted(self.bytes_by_worker.items())),
             "under_store_bytes": self.under_store_bytes,
             "fallbacks": self.fallbacks,
@@ -290,32 +292,49 @@ class CacheClient:
         return self.ring.owner(key, page_range, exclude=down)
 
     def read(self, key: str, offset: int, length: int) -> bytes:
-        parts = [self._read_piece(key, piece) for piece in pieces(offset, length, self.config.geometry)]
+        parts = [
+            self._read_run(key, run) for run in self._runs(key, pieces(offset, length, self.config.geometry))
+        ]
         with self._lock:
             self.stats.reads += 1
         return b"".join(parts)
 
-    def _read_piece(self, key: str, piece: Piece) -> bytes:
-        name = self.owner(key, piece.page_range)
+    def _runs(self, key: str, read_pieces) -> list[tuple[str | None, list[Piece]]]:
+        """The read's pieces in runs of adjacent pieces with one owner (None: the under-store), each run one
+        request: a ranged GET across two page ranges of one owner caches both on it, as two would."""
+        runs: list[tuple[str | None, list[Piece]]] = []
+        for piece in read_pieces:
+            name = self.owner(key, piece.page_range)
+            if runs and runs[-1][0] == name:
+                runs[-1][1].append(piece)
+            else:
+                runs.append((name, [piece]))
+        return runs
+
+    def _read_run(self, key: str, run: tuple[str | None, list[Piece]]) -> bytes:
+        name, run_pieces = run
+        whole = Piece(run_pieces[0].page_range, run_pieces[0].offset, sum(p.length for p in run_pieces))
         fell_back = False
         if name is not None:
             try:
-                data = self.transport.proxy_get(self._by_name[name], key, piece.offset, piece.length)
+                data = self.transport.proxy_get(self._by_name[name], key, whole.offset, whole.length)
             except WorkerUnavailable:
                 self.mark_down(name)
                 fell_back = True
             else:
-                self._check_length(key, piece, data, f"worker {name}")
+                self._check_length(key, whole, data, f"worker {name}")
                 with self._lock:
-                    self.stats.pieces += 1
+                    self.stats.pieces += len(run_pieces)
+                    self.stats.requests += 1
                     self.stats.bytes_by_worker[name] += len(data)
                 return data
-        data = self.transport.under_store_get(key, piece.offset, piece.length)
-        self._check_length(key, piece, data, "the under-store")
+        data = self.transport.under_store_get(key, whole.offset, whole.length)
+        self._check_length(key, whole, data, "the under-store")
         with self._lock:
-            self.stats.pieces += 1
+            self.stats.pieces += len(run_pieces)
+            self.stats.requests += 1
             self.stats.under_store_bytes += len(data)
-            self.stats.fallbacks += int(fell_back)
+            self.stats.fallbacks += len(run_pieces) if fell_back else 0
         return data
 
     @staticmethod

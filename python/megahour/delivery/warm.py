@@ -14,6 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from megahour.delivery.client import CacheClient
+from megahour.delivery.cpu import busy_between, cpu_sample
 from megahour.delivery.loader import CachedSource, SampleRef
 from megahour.delivery.pages import Geometry, page_ranges
 from megahour.episodes.layout import SampleSpec
@@ -89,6 +90,8 @@ class WarmResult:
     seconds: float
     fallbacks: int
     worker_bytes: int = 0  # what the cache workers served (the rest came from the under-store)
+    cpu_s: float = 0.0  # this process's CPU seconds over the reads
+    node_cpu_busy_s: float | None = None  # the node's, every process's (megahour.delivery.cpu)
 
     @property
     def cached_nothing(self) -> bool:
@@ -105,6 +108,11 @@ class WarmResult:
             "mb_per_s": round(self.bytes / 1e6 / self.seconds, 2) if self.seconds > 0 else None,
             "fallbacks": self.fallbacks,
             "worker_bytes": self.worker_bytes,
+            "cpu_s": round(self.cpu_s, 3),
+            "node_cpu_busy_s": None if self.node_cpu_busy_s is None else round(self.node_cpu_busy_s, 3),
+            "mb_per_s_per_core": (
+                round(self.bytes / 1e6 / self.node_cpu_busy_s, 2) if self.node_cpu_busy_s else None
+            ),
         }
 
 
@@ -118,6 +126,7 @@ def warm(
     after each. Through a bypassing client it reads the same ranges from the under-store (the baseline)."""
     geometry = client.config.geometry
     began = time.perf_counter()
+    cpu_before = cpu_sample()
     fallbacks0 = client.stats.fallbacks
     worker_bytes0 = sum(client.stats.bytes_by_worker.values())
     work = [
@@ -138,6 +147,7 @@ def warm(
     else:
         with ThreadPoolExecutor(max_workers=parallel, thread_name_prefix="warm") as pool:
             total = sum(pool.map(one, work))
+    cpu_after = cpu_sample()
     return WarmResult(
         objects=len(warm_plan.ranges),
         page_ranges=warm_plan.page_range_count,
@@ -145,4 +155,6 @@ def warm(
         seconds=time.perf_counter() - began,
         fallbacks=client.stats.fallbacks - fallbacks0,
         worker_bytes=sum(client.stats.bytes_by_worker.values()) - worker_bytes0,
+        cpu_s=cpu_after.process_s - cpu_before.process_s,
+        node_cpu_busy_s=busy_between(cpu_before, cpu_after),
     )
