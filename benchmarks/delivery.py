@@ -157,6 +157,11 @@ STORE = "store"
 LINK_RATES = ("100mbit", "50mbit")
 SHARED = "/srv/megahour"
 WARM_PASSES = 6
+# Episodes (count, seconds) long enough to span several page ranges each (a 20 s episode is about 15 MB,
+# four 4 MB ranges), so reads cross range boundaries and owners as a trainer's do; before issue 28 they
+# were 24 episodes of 4 s, each smaller than one range.
+CORPUS = (6, 20.0)
+QUICK_CORPUS = (4, 12.0)
 # The cache volume the page store lives on (inventories/local/group_vars/compute.yml: megahour_cache_dirs).
 CACHE_VOLUME = "/var/lib/megahour/nvme0"
 # Issue 28: warm-cache reads at half the node's own read limit, or better.
@@ -254,8 +259,25 @@ def remote_direct_read(target: Path, run: str, rows: list[tuple[str, str, int]],
     return command, store_credentials()
 
 
+def warm_summary(passes: list[dict]) -> dict:
+    """WARM_PASSES warm reads as one: the last pass's figures, with the median MB/s (and per core) of all."""
+    summary = {
+        **passes[-1],
+        "passes": len(passes),
+        "pass_mb_per_s": [p["mb_per_s"] for p in passes],
+        "fallbacks": sum(p["fallbacks"] for p in passes),
+    }
+    summary["mb_per_s"] = round(float(np.median(summary["pass_mb_per_s"])), 2)
+    per_core = [p["mb_per_s_per_core"] for p in passes if p.get("mb_per_s_per_core")]
+    summary["mb_per_s_per_core"] = round(float(np.median(per_core)), 2) if per_core else None
+    fast = passes[-1].get("client", {}).get("fast_path_bytes", 0)
+    summary["fast_path_share"] = round(fast / passes[-1]["bytes"], 4) if passes[-1].get("bytes") else None
+    return summary
+
+
 def read_figures(quick: bool, step_time: float) -> dict:
-    episodes = bench_episodes(4 if quick else 24, 4.0)
+    count, seconds = QUICK_CORPUS if quick else CORPUS
+    episodes = bench_episodes(count, seconds)
     run = f"bench-delivery/{time.strftime('%Y%m%dT%H%M%S')}"  # fresh objects: a cold cache by construction
     target = shared_mountpoint() / run
     target.mkdir(parents=True)
@@ -296,16 +318,15 @@ def read_figures(quick: bool, step_time: float) -> dict:
     # the proxies' JIT is still warming over the first few after a (re)deploy, so the figure is the
     # median of WARM_PASSES passes; every pass is in the JSON. The remote, at a few MB/s, is steady
     # over one pass.
-    passes = [node_json(warm_cmd) for _ in range(WARM_PASSES)]
-    cached = {
-        **passes[-1],
-        "passes": WARM_PASSES,
-        "pass_mb_per_s": [p["mb_per_s"] for p in passes],
-        "fallbacks": sum(p["fallbacks"] for p in passes),
-    }
-    cached["mb_per_s"] = round(float(np.median(cached["pass_mb_per_s"])), 2)
-    per_core = [p["mb_per_s_per_core"] for p in passes if p.get("mb_per_s_per_core")]
-    cached["mb_per_s_per_core"] = round(float(np.median(per_core)), 2) if per_core else None
+    # As deployed (this node's own page ranges from its FUSE mount, the rest through their owners'
+    # proxies), and with every range through a proxy (--no-fast-path), the issue-28 baseline; alternated
+    # pass by pass, so neither gets the warmer JIT.
+    fast_passes, proxy_passes = [], []
+    for _ in range(WARM_PASSES):
+        fast_passes.append(node_json(warm_cmd))
+        proxy_passes.append(node_json(f"{warm_cmd} --no-fast-path"))
+    cached = warm_summary(fast_passes)
+    proxy = warm_summary(proxy_passes)
     # The same ranges with no cache: from the files on this machine's disk when the nodes see the
     # under-store as files (local_root), and, with the remote store, from the bucket over the link.
     # Without the remote store those files are the under-store itself.
@@ -324,6 +345,10 @@ def read_figures(quick: bool, step_time: float) -> dict:
         name: (cached["mb_per_s"] / row["mb_per_s"] if row and row.get("mb_per_s") else None)
         for name, row in limit_rows.items()
     }
+    proxy_over_limit = {
+        name: (proxy["mb_per_s"] / row["mb_per_s"] if row and row.get("mb_per_s") else None)
+        for name, row in limit_rows.items()
+    }
     qdisc = in_container(STORE, "tc qdisc show dev eth0").stdout.strip() if remote else None
     try:
         for rate in rates:
@@ -336,7 +361,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
         if remote:
             in_container(STORE, "systemctl restart megahour-store-shaping")  # back to the role's settings
     table_out = Table(title=f"reads on {NODE}: {len(rows)} samples, step {step_time:g} s")
-    for col in ("run", "data wait", "samples/s", "hit ratio"):
+    for col in ("run", "data wait", "samples/s", "hit ratio", "pieces", "requests"):
         table_out.add_column(col, justify="right")
     for label, e in (("cold cache, stepped", cold), ("warm cache, stepped", hot)):
         ratio = e.get("hit_ratio")
@@ -345,6 +370,8 @@ def read_figures(quick: bool, step_time: float) -> dict:
             f"{e['data_wait_fraction']:.2%}",
             f"{e['samples_per_s']}",
             "-" if ratio is None else f"{ratio:.3f}",
+            f"{e.get('pieces', '-')}",
+            f"{e.get('requests', '-')}",
         )
     console.print(table_out)
     speedups = {link: cached["mb_per_s"] / d["mb_per_s"] for link, d in direct.items()}
@@ -389,14 +416,20 @@ def read_figures(quick: bool, step_time: float) -> dict:
             "-" if ratio is None else f"{ratio:.3f}x",
             row["withheld"] or row["method"],
         )
-    limits.add_row(
-        "warm cache (the S3 proxies)",
-        f"{cached['mb_per_s']}",
-        "-",
-        "-" if cached["mb_per_s_per_core"] is None else f"{cached['mb_per_s_per_core']}",
-        "",
-        f"median of {WARM_PASSES} passes",
-    )
+    reference = limit_rows["files_cold"] or {}
+    for label, summary in (("warm cache, fast path", cached), ("warm cache, proxies only", proxy)):
+        share = summary.get("fast_path_share")
+        limits.add_row(
+            label,
+            f"{summary['mb_per_s']}",
+            "-",
+            "-" if summary["mb_per_s_per_core"] is None else f"{summary['mb_per_s_per_core']}",
+            f"{summary['mb_per_s'] / reference['mb_per_s']:.3f}x of cold files"
+            if reference.get("mb_per_s")
+            else "",
+            f"median of {WARM_PASSES} passes"
+            + (f"; {share:.0%} of bytes from the FUSE mount" if share else ""),
+        )
     console.print(limits)
 
     def strip(e: dict) -> dict:
@@ -406,6 +439,11 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "node": NODE,
         "samples": len(rows),
         "episodes": len(episodes),
+        "episode_seconds": seconds,
+        "episode_mb_mean": round(sum(p.stat().st_size for p in episodes) / len(episodes) / 1e6, 2),
+        "page_ranges_per_episode_mean": round(
+            sum(-(-p.stat().st_size // geometry.range_bytes) for p in episodes) / len(episodes), 2
+        ),
         "step_time_s": step_time,
         "page_size": geometry.page_size,
         "pages_per_range": geometry.pages_per_range,
@@ -427,9 +465,15 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "under_store_read_mb_per_s": {link: d["mb_per_s"] for link, d in direct.items()},
         "warm_over_under_store_read": speedups,
         "warm_read_mb_per_s_per_core": cached["mb_per_s_per_core"],
+        # The same passes with every range through a proxy (--no-fast-path): issue 28's baseline.
+        "warm_read_proxy": proxy,
+        "warm_read_proxy_mb_per_s": proxy["mb_per_s"],
+        "fast_path_over_proxy": cached["mb_per_s"] / proxy["mb_per_s"],
+        "fast_path_share": cached["fast_path_share"],
         "limit": node_limit,
         "limit_mb_per_s": {name: row["mb_per_s"] if row else None for name, row in limit_rows.items()},
         "warm_over_limit": over_limit,
+        "proxy_over_limit": proxy_over_limit,
         "target_warm_over_limit": TARGET_WARM_OVER_LIMIT,
         "target_warm_over_remote": 5.0,
         "target_data_wait_warm": 0.02,

@@ -157,6 +157,7 @@ def delivery_results() -> dict:
         "target_warm_over_remote": 5.0, "target_data_wait_warm": 0.02,
         "local_files_read": {"mb_per_s": 2400.0, "page_ranges": 40}, "local_files_read_mb_per_s": 2400.0,
         "warm_read_mb_per_s_per_core": 120.0, "target_warm_over_limit": 0.5,
+        "warm_read_proxy": {"mb_per_s": 210.0, "mb_per_s_per_core": 95.0}, "warm_read_proxy_mb_per_s": 210.0,
         "limit": {
             "objects": 4, "page_ranges": 40, "bytes": 40 << 20, "files_skipped": "",
             "files_cold": _limit_read(900.0, 1.1), "files_warm": _limit_read(4800.0, 2.0),

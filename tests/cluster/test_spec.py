@@ -45,8 +45,16 @@ def test_run_args_boot_systemd_and_map_fake_gpus_as_char_devices():
     assert "--systemd=always" in args
     assert args[-2:] == [spec.image, "/sbin/init"]
     devices = [args[i + 1] for i, a in enumerate(args) if a == "--device"]
-    assert devices == ["/dev/null:/dev/nvidia0", "/dev/null:/dev/nvidia1", "/dev/null:/dev/nvidia2"]
-    assert "--device" not in spec.run_args(spec.hosts[0])
+    # The fake GPUs, and /dev/fuse for the cache's FUSE mount (with the capability to mount it).
+    assert devices == [
+        "/dev/null:/dev/nvidia0",
+        "/dev/null:/dev/nvidia1",
+        "/dev/null:/dev/nvidia2",
+        "/dev/fuse",
+    ]
+    assert [args[i + 1] for i, a in enumerate(args) if a == "--cap-add"] == ["NET_ADMIN", "SYS_ADMIN"]
+    controller = spec.run_args(spec.hosts[0])
+    assert "--device" not in controller and "SYS_ADMIN" not in controller
 
 
 def test_inventory_groups_and_gpu_vars():

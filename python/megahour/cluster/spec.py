@@ -183,6 +183,9 @@ class ClusterSpec:
         # nftables needs it for the host firewall (roles/firewall) in the container's own network
         # namespace, and tc to cap the store's egress (the emulated remote link's bandwidth).
         args += ["--cap-add", "NET_ADMIN"]
+        if host.role == "compute":
+            # The cache's FUSE mount of its namespace (roles/alluxio, the loader's local fast path).
+            args += ["--device", "/dev/fuse", "--cap-add", "SYS_ADMIN"]
         args += [self.image, "/sbin/init"]
         return args
 

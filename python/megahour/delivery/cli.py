@@ -28,6 +28,14 @@ def _config_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=DEFAULT_CONFIG, help="cache client settings (roles/alluxio)")
 
 
+def _fast_path_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--no-fast-path",
+        action="store_true",
+        help="read this node's own page ranges through its proxy too, not the FUSE mount (baseline)",
+    )
+
+
 def register(subparsers: cliutil.Subparsers) -> None:
     from megahour.episodes import specfile
 
@@ -51,6 +59,7 @@ def register(subparsers: cliutil.Subparsers) -> None:
     p.add_argument(
         "--direct", action="store_true", help="read the same page ranges from the under-store (baseline)"
     )
+    _fast_path_arg(p)
     cliutil.add_json_flag(p)
     _config_arg(p)
 
@@ -68,6 +77,12 @@ def register(subparsers: cliutil.Subparsers) -> None:
         "--volume",
         help="the cache volume (a page store directory, megahour_cache_dirs) to measure the raw rate of; "
         "left out: not measured",
+    )
+    p.add_argument(
+        "--min-seconds",
+        type=float,
+        default=1.0,
+        help="repeat each read until it has run this long (CPU time is counted in 10 ms ticks)",
     )
     cliutil.add_json_flag(p)
     _config_arg(p)
@@ -103,13 +118,18 @@ def register(subparsers: cliutil.Subparsers) -> None:
     p.add_argument("--trace", help="append one JSON line per delivered sample to this file, as it happens")
     p.add_argument("--hit-ratio", action="store_true", help="also report each epoch's cache hit ratio")
     p.add_argument("--direct", action="store_true", help="bypass the cache: read the under-store (baseline)")
+    _fast_path_arg(p)
     _config_arg(p)
 
 
 def _client(args: argparse.Namespace):
     from megahour.delivery.client import CacheClient, CacheConfig
 
-    return CacheClient(CacheConfig.load(args.config), bypass=getattr(args, "direct", False))
+    return CacheClient(
+        CacheConfig.load(args.config),
+        bypass=getattr(args, "direct", False),
+        fast_path=not getattr(args, "no_fast_path", False),
+    )
 
 
 def _cmd_warm(args: argparse.Namespace, console: Console) -> int:
@@ -179,7 +199,12 @@ def _cmd_limit(args: argparse.Namespace, console: Console) -> int:
         highlight=False,
     )
     result = limit.measure(
-        limit.local_root(config), ranges, Path(args.volume) if args.volume else None, span, args.parallel
+        limit.local_root(config),
+        ranges,
+        Path(args.volume) if args.volume else None,
+        span,
+        args.parallel,
+        args.min_seconds,
     )
     report = {"manifest": args.manifest, "spec": spec.name, "parallel": args.parallel, **result.to_dict()}
     if args.json:
@@ -225,6 +250,12 @@ def _epoch_report(refs, delivered, steps, before, after, hit_ratio) -> dict:
         "delivered": delivered,
         **steps.to_dict(),
         "fallbacks": after["fallbacks"] - before["fallbacks"],
+        # Page-range pieces read, and the requests that served them (adjacent pieces of one owner share one).
+        "pieces": after["pieces"] - before["pieces"],
+        "requests": after["requests"] - before["requests"],
+        # This node's own page ranges read from the FUSE mount, and those it could not serve (the proxy did).
+        "fast_path_bytes": after["fast_path_bytes"] - before["fast_path_bytes"],
+        "fast_path_misses": after["fast_path_misses"] - before["fast_path_misses"],
         "under_store_bytes": under_store_bytes,
         "bytes_by_worker": by_worker,
         "bytes": read_bytes,

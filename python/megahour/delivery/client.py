@@ -85,6 +85,10 @@ class CacheConfig:
     credentials_file: str = ""
     # The CA that vouches for the proxies' and web ports' HTTPS certificates; empty: the system's.
     ca_file: str = ""
+    # The local fast path (fastpath.py): this node's own worker (its name in ``workers``) and where the
+    # namespace's root is mounted through FUSE on this node; either empty: every read goes to a proxy.
+    local_worker: str = ""
+    fuse_root: str = ""
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "cache config") -> CacheConfig:
@@ -106,6 +110,8 @@ class CacheConfig:
                 store_root=str(data.get("store_root", "") or "").rstrip("/"),
                 credentials_file=str(data.get("credentials_file", "") or ""),
                 ca_file=str(data.get("ca_file", "") or ""),
+                local_worker=str(data.get("local_worker", "") or ""),
+                fuse_root=str(data.get("fuse_root", "") or "").rstrip("/"),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeliveryError(
@@ -149,6 +155,8 @@ class CacheConfig:
             "store_root": self.store_root,
             "credentials_file": self.credentials_file,
             "ca_file": self.ca_file,
+            "local_worker": self.local_worker,
+            "fuse_root": self.fuse_root,
         }
 
     def save(self, path: str | Path) -> None:
@@ -231,6 +239,10 @@ class ClientStats:
     bytes_by_worker: Counter = field(default_factory=Counter)
     under_store_bytes: int = 0
     fallbacks: int = 0  # pieces whose owner failed and which the under-store served
+    fast_path_bytes: int = (
+        0  # what this node's own worker served through the FUSE mount (in bytes_by_worker too)
+    )
+    fast_path_misses: int = 0  # local pieces the mount could not serve, which the proxy then did
 
     def to_dict(self) -> dict:
         return {
@@ -240,6 +252,8 @@ class ClientStats:
             "bytes_by_worker": dict(sorted(self.bytes_by_worker.items())),
             "under_store_bytes": self.under_store_bytes,
             "fallbacks": self.fallbacks,
+            "fast_path_bytes": self.fast_path_bytes,
+            "fast_path_misses": self.fast_path_misses,
         }
 
 
@@ -253,9 +267,11 @@ class CacheClient:
         clock: Callable[[], float] = time.monotonic,
         *,
         bypass: bool = False,
+        fast_path: bool = True,
     ) -> None:
         """``bypass``: read everything from the under-store directly (the no-cache baseline; then the
-        config may list no workers, as ``direct_client``'s does)."""
+        config may list no workers, as ``direct_client``'s does). ``fast_path``: read this node's own page
+        ranges through the FUSE mount when the config names one (False: every read through a proxy)."""
         if not config.workers and not bypass:
             raise DeliveryError(
                 "the cache config lists no workers: deploy roles/alluxio on the compute nodes"
@@ -269,6 +285,11 @@ class CacheClient:
         self._down_until: dict[str, float] = {}
         self._lock = threading.Lock()
         self.stats = ClientStats()
+        self.fast_path = None
+        if fast_path and not bypass and config.fuse_root and config.local_worker in self._by_name:
+            from megahour.delivery.fastpath import LocalFastPath
+
+            self.fast_path = LocalFastPath(config.fuse_root, config.retry_down_after_s, clock=clock)
 
     def down(self) -> frozenset[str]:
         """Workers found down and not yet due for another try."""
@@ -315,6 +336,15 @@ class CacheClient:
         name, run_pieces = run
         whole = Piece(run_pieces[0].page_range, run_pieces[0].offset, sum(p.length for p in run_pieces))
         fell_back = False
+        if name is not None and self.fast_path is not None and name == self.config.local_worker:
+            data = self._read_fast(key, whole)
+            if data is not None:
+                with self._lock:
+                    self.stats.pieces += len(run_pieces)
+                    self.stats.requests += 1
+                    self.stats.bytes_by_worker[name] += len(data)
+                    self.stats.fast_path_bytes += len(data)
+                return data
         if name is not None:
             try:
                 data = self.transport.proxy_get(self._by_name[name], key, whole.offset, whole.length)
@@ -336,6 +366,22 @@ class CacheClient:
             self.stats.under_store_bytes += len(data)
             self.stats.fallbacks += len(run_pieces) if fell_back else 0
         return data
+
+    def _read_fast(self, key: str, whole: Piece) -> bytes | None:
+        """The run from the FUSE mount, or None when the mount cannot serve it (the proxy then does). A
+        short read is the mount's metadata gone stale (an object replaced within its cache time): not
+        served, the proxy (which asks the master each time) reads it, and the stale entry is counted."""
+        from megahour.delivery.fastpath import FastPathUnavailable
+
+        try:
+            data = self.fast_path.read(key, whole.offset, whole.length)
+        except FastPathUnavailable:
+            data = None
+        if data is not None and len(data) == whole.length:
+            return data
+        with self._lock:
+            self.stats.fast_path_misses += 1
+        return None
 
     @staticmethod
     def _check_length(key: str, piece: Piece, data: bytes, where: str) -> None:

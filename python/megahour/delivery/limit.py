@@ -36,6 +36,9 @@ from megahour.delivery.cpu import CpuSample, busy_between, cpu_sample
 
 # How many spots of a file the residency probe reads (one byte each).
 PROBES_PER_FILE = 16
+# Each read is repeated until it has run this long: /proc/stat counts CPU time in 10 ms ticks, and one pass
+# over a few page ranges from memory takes about that.
+MIN_SECONDS = 1.0
 # The largest scratch file the volume read writes: enough to be past any device cache, small enough to
 # fit beside the page store.
 MAX_SCRATCH_BYTES = 1 << 30
@@ -50,6 +53,7 @@ class ReadRate:
     cpu_s: float
     node_cpu_busy_s: float | None
     method: str = ""
+    passes: int = 1  # the read repeated this many times (MIN_SECONDS), bytes and times summed
     # Why the figure is not a valid measurement of what it names (the pages stayed cached), or "".
     withheld: str = ""
 
@@ -88,6 +92,7 @@ class ReadRate:
             ),
             "mb_per_s_per_core": rounded(self.mb_per_s_per_core),
             "method": self.method,
+            "passes": self.passes,
             "withheld": self.withheld,
         }
 
@@ -99,9 +104,11 @@ def local_root(config: CacheConfig) -> Path | None:
 
 
 def evict(path: Path) -> None:
-    """Drop the file's clean pages from the page cache."""
+    """Drop the file's pages from the page cache: written back first (the kernel drops clean pages only,
+    and a file just copied in is still dirty), then dropped."""
     fd = os.open(path, os.O_RDONLY)
     try:
+        os.fdatasync(fd)
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     finally:
         os.close(fd)
@@ -139,7 +146,34 @@ def _parallel_sum(work: list, one: Callable[[object], int], parallel: int) -> in
         return sum(pool.map(one, work))
 
 
-def read_files(spans: Iterable[tuple[Path, int, int]], parallel: int, method: str) -> ReadRate:
+def _repeated(one_pass: Callable[[], int], min_seconds: float, before_pass: Callable[[], None] | None = None):
+    """Run ``one_pass`` (which returns the bytes it read) until ``min_seconds`` have passed, at least once;
+    ``before_pass`` (eviction) runs before each pass, outside the timed and charged time. Returns the bytes,
+    seconds, process CPU seconds, node busy seconds (None if unknown) and the number of passes."""
+    nbytes = seconds = cpu_s = 0.0
+    busy: float | None = 0.0
+    passes = 0
+    while passes == 0 or seconds < min_seconds:
+        if before_pass is not None:
+            before_pass()
+        before = cpu_sample()
+        nbytes += one_pass()
+        after = cpu_sample()
+        seconds += after.wall - before.wall
+        cpu_s += after.process_s - before.process_s
+        delta = busy_between(before, after)
+        busy = None if busy is None or delta is None else busy + delta
+        passes += 1
+    return int(nbytes), seconds, cpu_s, busy, passes
+
+
+def read_files(
+    spans: Iterable[tuple[Path, int, int]],
+    parallel: int,
+    method: str,
+    min_seconds: float = 0.0,
+    before_pass: Callable[[], None] | None = None,
+) -> ReadRate:
     """Read each (path, offset, length) span with pread, ``parallel`` at a time; every byte must come
     back (a short read is a file shorter than the manifest says: an error, not a lower figure)."""
     work = list(spans)
@@ -159,15 +193,16 @@ def read_files(spans: Iterable[tuple[Path, int, int]], parallel: int, method: st
                 )
             return got
 
-        before = cpu_sample()
-        total = _parallel_sum(work, one, parallel)
-        return ReadRate.between(total, before, cpu_sample(), method=method)
+        nbytes, seconds, cpu_s, busy, passes = _repeated(
+            lambda: _parallel_sum(work, one, parallel), min_seconds, before_pass
+        )
+        return ReadRate(nbytes, seconds, cpu_s, busy, method=f"{method}; {passes} passes", passes=passes)
     finally:
         for fd in descriptors.values():
             os.close(fd)
 
 
-def read_volume(directory: Path, size: int, block: int, parallel: int) -> ReadRate:
+def read_volume(directory: Path, size: int, block: int, parallel: int, min_seconds: float = 0.0) -> ReadRate:
     """Write a scratch file of ``size`` bytes in ``directory``, sync it, and read it back in ``block``
     bytes, ``parallel`` at a time, with O_DIRECT (past the page cache); the file is removed after."""
     if not directory.is_dir():
@@ -201,9 +236,11 @@ def read_volume(directory: Path, size: int, block: int, parallel: int) -> ReadRa
                     raise DeliveryError(f"{scratch}: read {got} of {block} bytes at offset {offset}")
                 return got
 
-            before = cpu_sample()
-            total = _parallel_sum(list(range(0, size, block)), one, parallel)
-            rate = ReadRate.between(total, before, cpu_sample(), method=method)
+            offsets = list(range(0, size, block))
+            nbytes, seconds, cpu_s, busy, passes = _repeated(
+                lambda: _parallel_sum(offsets, one, parallel), min_seconds
+            )
+            rate = ReadRate(nbytes, seconds, cpu_s, busy, method=f"{method}; {passes} passes", passes=passes)
             for buffer in buffers.values():
                 buffer.close()
             return rate
@@ -241,6 +278,7 @@ def measure(
     volume: Path | None,
     block: int,
     parallel: int = 4,
+    min_seconds: float = MIN_SECONDS,
 ) -> Limit:
     """The three reads of the spans in ``ranges`` ({object key: [(offset, length)]}): files below
     ``root`` cold then warm (skipped with the reason when ``root`` is None), and ``volume``'s raw rate for
@@ -259,18 +297,22 @@ def measure(
                 f"{missing[0]}: not a file on this node ({len(missing)} missing; a stale manifest?)"
             )
         spans = [(paths[key], offset, length) for key, spans in ranges.items() for offset, length in spans]
-        for path in paths.values():
-            evict(path)
-        probed = [cached_fraction(path) for path in paths.values()]
-        known = [p for p in probed if p is not None]
-        still = sum(known) / len(known) if known else None
-        cold = read_files(spans, parallel, method="pread after posix_fadvise(DONTNEED)")
+        residency: list[float | None] = []
+
+        def evict_all() -> None:
+            for path in paths.values():
+                evict(path)
+            residency.extend(cached_fraction(path) for path in paths.values())
+
+        cold = read_files(spans, parallel, "pread after posix_fadvise(DONTNEED)", min_seconds, evict_all)
+        known = [p for p in residency if p is not None]
+        still = max(known) if known else None
         if still is not None and still > 0.05:
             cold = dataclasses.replace(
-                cold, withheld=f"{still:.0%} of the probed bytes stayed in the page cache"
+                cold, withheld=f"up to {still:.0%} of the probed bytes stayed in the page cache"
             )
         elif still is None:
             cold = dataclasses.replace(cold, method=cold.method + "; residency not probed (no RWF_NOWAIT)")
-        warm = read_files(spans, parallel, method="pread from the page cache (read just before)")
-    raw = None if volume is None else read_volume(volume, nbytes, block, parallel)
+        warm = read_files(spans, parallel, "pread from the page cache (read just before)", min_seconds)
+    raw = None if volume is None else read_volume(volume, nbytes, block, parallel, min_seconds)
     return Limit(len(ranges), count, nbytes, cold, warm, raw, skipped)
