@@ -9,7 +9,9 @@ off, every port on every interface, and an S3 proxy that let anyone read, write 
   (thread dumps, metrics) are not reachable through the front;
 - the master's and workers' web ports need a proxy key (basic auth);
 - only root and the alluxio account may open connections to Alluxio's RPC ports (the output chain), so no
-  job can claim another user's name to the master.
+  job can claim another user's name to the master;
+- a worker host's FUSE mount of the namespace (the loader's local fast path) is read-only and closed to
+  accounts outside the loader's group.
 
 Molecule `cluster` runs it on every cluster host: ``pytest --hosts=podman://mh-ctl,... test_alluxio.py``.
 """
@@ -143,3 +145,22 @@ def test_only_root_and_alluxio_may_speak_alluxio_rpc(host):
         assert probe.connect(host, probe.cluster_address(host), PROXY, user="nobody") == "open"
     if "worker" in daemons(host):
         assert probe.connect(host, probe.cluster_address(host), WORKER_RPC, user="nobody") == "refused"
+
+
+def test_the_fuse_mount_is_read_only_and_closed_to_accounts_outside_the_loaders_group(host):
+    # Issue 28's local fast path: a worker host mounts the namespace through FUSE as root; only root and the
+    # group that may read the proxies' key may enter the directory that holds it.
+    if "worker" not in daemons(host):
+        pytest.skip("no Alluxio worker here, so no FUSE mount")
+    config = yaml.safe_load(host.file("/etc/megahour/cache.yml").content_string)
+    mount = config["fuse_root"]
+    assert mount and config["local_worker"] == host.backend.get_hostname()
+    holder = host.file(mount.rsplit("/", 1)[0])
+    assert (holder.user, holder.group, holder.mode) == ("root", "megahour", 0o750)
+    options = host.check_output(f"findmnt --noheadings --output FSTYPE,OPTIONS {mount}")
+    assert options.split()[0] == "fuse.alluxio-fuse" and "ro" in options.split()[1].split(",")
+    assert host.run(f"ls -A {mount}/.alluxio_s3_api_metadata").rc == 0  # the namespace's root, as root
+    refused = host.run(f"runuser -u nobody -- ls {mount}")
+    assert refused.rc != 0 and "Permission denied" in refused.stderr
+    written = host.run(f"touch {mount}/.megahour-probe")
+    assert written.rc != 0 and "Read-only file system" in written.stderr
