@@ -138,7 +138,8 @@ def run_lanes(lanes: list[str], pytest_args: list[str]) -> int:
     for lane in lanes:
         rc, _, recap = ended[lane]
         if rc != 0:
-            print(f"==> why lane '{lane}' failed (its last fatal task not ignored, or its last lines):", flush=True)
+            why = "its last fatal task not ignored, or its last lines"
+            print(f"==> why lane '{lane}' failed ({why}):", flush=True)
             for line in recap:
                 print(f"  {line}", flush=True)
     return next((ended[lane][0] for lane in lanes if ended[lane][0] != 0), 0)
