@@ -94,7 +94,8 @@ def test_the_volume_read_reads_a_scratch_file_it_removes(tmp_path) -> None:
 def test_the_rate_per_core_is_bytes_over_the_node_s_busy_seconds() -> None:
     before = cpu.CpuSample(wall=10.0, process_s=1.0, node_busy_s=100.0)
     after = cpu.CpuSample(wall=12.0, process_s=1.5, node_busy_s=103.0)
-    rate = limit.ReadRate.between(300_000_000, before, after)
+    busy = cpu.busy_between(before, after)
+    rate = limit.ReadRate(300_000_000, after.wall - before.wall, after.process_s - before.process_s, busy)
     figures = rate.to_dict()
     assert (figures["mb_per_s"], figures["node_cores_busy"], figures["mb_per_s_per_core"]) == (
         150.0,
@@ -102,7 +103,8 @@ def test_the_rate_per_core_is_bytes_over_the_node_s_busy_seconds() -> None:
         100.0,
     )
     assert figures["cpu_s"] == 0.5
-    unknown = limit.ReadRate.between(1, before, cpu.CpuSample(11.0, 1.0, None))
+    assert cpu.busy_between(before, cpu.CpuSample(11.0, 1.0, None)) is None
+    unknown = limit.ReadRate(1, 1.0, 0.0, None)
     assert unknown.node_cpu_busy_s is None and unknown.mb_per_s_per_core is None
 
 

@@ -239,9 +239,8 @@ class ClientStats:
     bytes_by_worker: Counter = field(default_factory=Counter)
     under_store_bytes: int = 0
     fallbacks: int = 0  # pieces whose owner failed and which the under-store served
-    fast_path_bytes: int = (
-        0  # what this node's own worker served through the FUSE mount (in bytes_by_worker too)
-    )
+    # What this node's own worker served through the FUSE mount (counted in bytes_by_worker too).
+    fast_path_bytes: int = 0
     fast_path_misses: int = 0  # local pieces the mount could not serve, which the proxy then did
 
     def to_dict(self) -> dict:
@@ -339,11 +338,7 @@ class CacheClient:
         if name is not None and self.fast_path is not None and name == self.config.local_worker:
             data = self._read_fast(key, whole)
             if data is not None:
-                with self._lock:
-                    self.stats.pieces += len(run_pieces)
-                    self.stats.requests += 1
-                    self.stats.bytes_by_worker[name] += len(data)
-                    self.stats.fast_path_bytes += len(data)
+                self._count(run_pieces, data, worker=name, fast=True)
                 return data
         if name is not None:
             try:
@@ -353,19 +348,33 @@ class CacheClient:
                 fell_back = True
             else:
                 self._check_length(key, whole, data, f"worker {name}")
-                with self._lock:
-                    self.stats.pieces += len(run_pieces)
-                    self.stats.requests += 1
-                    self.stats.bytes_by_worker[name] += len(data)
+                self._count(run_pieces, data, worker=name)
                 return data
         data = self.transport.under_store_get(key, whole.offset, whole.length)
         self._check_length(key, whole, data, "the under-store")
+        self._count(run_pieces, data, fell_back=fell_back)
+        return data
+
+    def _count(
+        self,
+        run_pieces: list[Piece],
+        data: bytes,
+        *,
+        worker: str | None = None,
+        fast: bool = False,
+        fell_back: bool = False,
+    ) -> None:
+        """One request's share of the stats: from ``worker`` (through its FUSE mount when ``fast``), else
+        from the under-store (after the owner failed when ``fell_back``)."""
         with self._lock:
             self.stats.pieces += len(run_pieces)
             self.stats.requests += 1
-            self.stats.under_store_bytes += len(data)
-            self.stats.fallbacks += len(run_pieces) if fell_back else 0
-        return data
+            if worker is None:
+                self.stats.under_store_bytes += len(data)
+                self.stats.fallbacks += len(run_pieces) if fell_back else 0
+            else:
+                self.stats.bytes_by_worker[worker] += len(data)
+                self.stats.fast_path_bytes += len(data) if fast else 0
 
     def _read_fast(self, key: str, whole: Piece) -> bytes | None:
         """The run from the FUSE mount, or None when the mount cannot serve it (the proxy then does). A

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from megahour.delivery.client import CacheConfig, DeliveryError
-from megahour.delivery.cpu import CpuSample, busy_between, cpu_sample
+from megahour.delivery.cpu import busy_between, cpu_sample
 
 # How many spots of a file the residency probe reads (one byte each).
 PROBES_PER_FILE = 16
@@ -56,11 +56,6 @@ class ReadRate:
     passes: int = 1  # the read repeated this many times (MIN_SECONDS), bytes and times summed
     # Why the figure is not a valid measurement of what it names (the pages stayed cached), or "".
     withheld: str = ""
-
-    @classmethod
-    def between(cls, nbytes: int, before: CpuSample, after: CpuSample, **extra) -> ReadRate:
-        busy = busy_between(before, after)
-        return cls(nbytes, after.wall - before.wall, after.process_s - before.process_s, busy, **extra)
 
     @property
     def mb_per_s(self) -> float | None:
