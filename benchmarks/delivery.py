@@ -270,8 +270,13 @@ def warm_summary(passes: list[dict]) -> dict:
     summary["mb_per_s"] = round(float(np.median(summary["pass_mb_per_s"])), 2)
     per_core = [p["mb_per_s_per_core"] for p in passes if p.get("mb_per_s_per_core")]
     summary["mb_per_s_per_core"] = round(float(np.median(per_core)), 2) if per_core else None
-    fast = passes[-1].get("client", {}).get("fast_path_bytes", 0)
-    summary["fast_path_share"] = round(fast / passes[-1]["bytes"], 4) if passes[-1].get("bytes") else None
+    client = passes[-1].get("client", {})
+    fast = client.get("fast_path_bytes", 0)
+    remote = client.get("remote_page_bytes", 0)
+    # Of the bytes the client fetched (whole coalesced pieces), which the pass's sample bytes may not equal.
+    whole = sum(client.get("bytes_by_worker", {}).values()) + client.get("under_store_bytes", 0)
+    summary["fast_path_share"] = round(fast / whole, 4) if whole else None
+    summary["remote_page_share"] = round(remote / whole, 4) if whole else None
     return summary
 
 
@@ -417,8 +422,9 @@ def read_figures(quick: bool, step_time: float) -> dict:
             row["withheld"] or row["method"],
         )
     reference = limit_rows["files_cold"] or {}
-    for label, summary in (("warm cache, fast path", cached), ("warm cache, proxies only", proxy)):
+    for label, summary in (("warm cache, page stores", cached), ("warm cache, proxies only", proxy)):
         share = summary.get("fast_path_share")
+        remote_share = summary.get("remote_page_share")
         limits.add_row(
             label,
             f"{summary['mb_per_s']}",
@@ -428,7 +434,8 @@ def read_figures(quick: bool, step_time: float) -> dict:
             if reference.get("mb_per_s")
             else "",
             f"median of {WARM_PASSES} passes"
-            + (f"; {share:.0%} of bytes from the FUSE mount" if share else ""),
+            + (f"; {share:.0%} of bytes from this node's pages" if share else "")
+            + (f", {remote_share:.0%} from other nodes' pages" if remote_share else ""),
         )
     console.print(limits)
 
@@ -470,6 +477,7 @@ def read_figures(quick: bool, step_time: float) -> dict:
         "warm_read_proxy_mb_per_s": proxy["mb_per_s"],
         "fast_path_over_proxy": cached["mb_per_s"] / proxy["mb_per_s"],
         "fast_path_share": cached["fast_path_share"],
+        "remote_page_share": cached["remote_page_share"],
         "limit": node_limit,
         "limit_mb_per_s": {name: row["mb_per_s"] if row else None for name, row in limit_rows.items()},
         "warm_over_limit": over_limit,

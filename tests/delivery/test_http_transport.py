@@ -227,3 +227,67 @@ def test_ranged_reads_over_https_verified_by_the_cluster_ca_and_an_untrusted_cer
     untrusted = HttpTransport(dataclasses.replace(config, ca_file=""))
     with pytest.raises(DeliveryError, match=r"certificate this client does not trust .*set ca_file"):
         untrusted.proxy_get(worker, "bucket/a.mcap", 0, 10)
+
+
+PAGE = bytes(range(256)) * 16  # one 4 KiB page, as a worker's front serves it from its page store
+
+
+class PageHandler(BaseHTTPRequestHandler):
+    """A worker's front: /pages/<path> (basic auth, ranges; a page being written is short) and HEAD of an
+    object through the proxy."""
+
+    protocol_version = "HTTP/1.1"
+    seen_auth: ClassVar[list[str]] = []
+
+    def _reply(self, status: int, body: bytes = b"", headers: dict | None = None) -> None:
+        self.send_response(status)
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)) if self.command != "HEAD" else "4096")
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def do_HEAD(self) -> None:
+        self._reply(200 if self.path.endswith("/bucket/a.mcap") else 404)
+
+    def do_GET(self) -> None:
+        self.seen_auth.append(self.headers.get("Authorization", ""))
+        page = {"/pages/LOCAL/4096/1/whole/0": PAGE, "/pages/LOCAL/4096/1/short/0": PAGE[:1000]}.get(
+            self.path
+        )
+        if page is None:
+            self._reply(404)
+            return
+        first, last = (int(x) for x in self.headers["Range"].removeprefix("bytes=").split("-"))
+        body = page[first : last + 1]
+        self._reply(206, body, {"Content-Range": f"bytes {first}-{first + len(body) - 1}/{len(page)}"})
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_pages_come_from_another_worker_s_front_with_the_key_and_only_whole(monkeypatch) -> None:
+    monkeypatch.setenv("MEGAHOUR_CACHE_ACCESS_KEY_ID", "megahour-cache")
+    monkeypatch.setenv("MEGAHOUR_CACHE_SECRET_ACCESS_KEY", "s" * 40)
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), PageHandler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        port = httpd.server_address[1]
+        transport = HttpTransport(config_for(port))
+        worker = Worker("w", f"http://127.0.0.1:{port}")
+        assert transport.page_get(worker, "LOCAL/4096/1/whole/0", 100, 50, 4096) == PAGE[100:150]
+        assert PageHandler.seen_auth[-1].startswith("Basic ")
+        assert transport.page_get(worker, "LOCAL/4096/1/short/0", 0, 10, 4096) is None  # being written
+        assert transport.page_get(worker, "LOCAL/4096/1/gone/0", 0, 10, 4096) is None  # not cached
+        assert transport.proxy_head(worker, "bucket/a.mcap") == 4096
+        with pytest.raises(WorkerUnavailable):
+            transport.proxy_head(worker, "bucket/none.mcap")
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    # A front that does not answer is not served from: the proxy is asked next, and says the worker is down.
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        gone = Worker("w", f"http://127.0.0.1:{closed.getsockname()[1]}")
+    assert HttpTransport(config_for(1)).page_get(gone, "LOCAL/4096/1/whole/0", 0, 10, 4096) is None

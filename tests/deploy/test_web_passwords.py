@@ -61,3 +61,23 @@ def test_the_filter_hashes_and_raises_ansible_errors():
     assert bcrypt.checkpw(b"pw", hashed.encode())
     with pytest.raises(AnsibleFilterError, match="password of admin is empty"):
         megahour_bcrypt("", "seed", COST, "admin")
+
+
+def test_the_ssha_form_is_nginx_s_and_refuses_a_short_secret():
+    import base64
+    import hashlib
+
+    from megahour.deploy.web_passwords import ssha_hash
+
+    secret = "k" * 40
+    hashed = ssha_hash(secret, "alluxio-pages:gpu-1:megahour-cache")
+    assert hashed == ssha_hash(secret, "alluxio-pages:gpu-1:megahour-cache")
+    assert hashed != ssha_hash(secret, "alluxio-pages:gpu-2:megahour-cache")
+    # nginx (ngx_crypt_ssha): base64 of SHA-1(password + salt) followed by the salt.
+    raw = base64.b64decode(hashed.removeprefix("{SSHA}"))
+    assert hashed.startswith("{SSHA}") and len(raw) == 28
+    assert hashlib.sha1(secret.encode() + raw[20:]).digest() == raw[:20]
+    with pytest.raises(WebPasswordError, match="proxy key x"):
+        ssha_hash("short", "seed", "proxy key x")
+    megahour_ssha = filter_plugins(REPO / "roles" / "monitoring" / "filter_plugins" / "web_passwords.py")
+    assert megahour_ssha["megahour_ssha"](secret, "seed") == ssha_hash(secret, "seed")

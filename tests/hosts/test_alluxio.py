@@ -10,8 +10,9 @@ off, every port on every interface, and an S3 proxy that let anyone read, write 
 - the master's and workers' web ports need a proxy key (basic auth);
 - only root and the alluxio account may open connections to Alluxio's RPC ports (the output chain), so no
   job can claim another user's name to the master;
-- a worker host's FUSE mount of the namespace (the loader's local fast path, where it is on) is read-only
-  and closed to accounts outside the loader's group; elsewhere none runs.
+- a worker host's page store (the loader's local fast path reads its pages) is closed to accounts outside the
+  loader's group; its FUSE mount of the namespace (the other fast path, where it is on) is read-only and
+  closed the same way; elsewhere none runs.
 
 Molecule `cluster` runs it on every cluster host: ``pytest --hosts=podman://mh-ctl,... test_alluxio.py``.
 """
@@ -154,7 +155,6 @@ def test_the_fuse_mount_is_read_only_and_closed_to_accounts_outside_the_loaders_
     config = yaml.safe_load(host.file("/etc/megahour/cache.yml").content_string)
     mount = config.get("fuse_root") or ""
     if not mount:
-        assert not config.get("local_worker")
         assert not host.service("alluxio-fuse").is_running
         assert host.run("findmnt --noheadings --types fuse.alluxio-fuse").stdout.strip() == ""
         return
@@ -168,3 +168,21 @@ def test_the_fuse_mount_is_read_only_and_closed_to_accounts_outside_the_loaders_
     assert refused.rc != 0 and "Permission denied" in refused.stderr
     written = host.run(f"touch {mount}/.megahour-probe")
     assert written.rc != 0 and "Read-only file system" in written.stderr
+
+
+def test_the_page_store_is_closed_to_accounts_outside_the_loaders_group(host):
+    # Issue 28's page store fast path: the loader on a worker host reads its own pages from the worker's
+    # page store, so its group may enter the store's directories; nobody else may (the pages below are
+    # world-readable as the worker writes them: the directory is the gate). Elsewhere none is named.
+    config = yaml.safe_load(host.file("/etc/megahour/cache.yml").content_string)
+    dirs = config.get("page_store_dirs") or []
+    if "worker" not in daemons(host):
+        assert dirs == [] and not config.get("local_worker")
+        return
+    assert dirs, "the role's default (alluxio_local_reads_enabled) names the worker's page store"
+    assert config["local_worker"] == host.backend.get_hostname()
+    for directory in dirs:
+        store = host.file(directory)
+        assert (store.user, store.group, store.mode) == ("alluxio", "megahour", 0o750)
+        refused = host.run(f"runuser -u nobody -- ls {directory}")
+        assert refused.rc != 0 and "Permission denied" in refused.stderr

@@ -162,11 +162,29 @@ def test_the_https_front_passes_the_s3_api_only_and_asks_a_key_on_the_web_ports(
     for port in (39999, 19999, 30000):
         assert f"listen {address}:{port} ssl;" in front
     assert "location /api/v1/s3/ {" in front and "proxy_set_header Host $http_host;" in front
-    assert front.count("auth_basic_user_file") == 2  # the master's and the worker's web ports, not the S3 API
+    # The master's and the worker's web ports, and the worker's page store; not the S3 API.
+    assert front.count("auth_basic_user_file") == 3
     lines = dict(line.split(":", 1) for line in (render.out / "front.htpasswd").read_text().split())
     assert set(lines) == {"megahour-cache", "lab-admin"}
     assert bcrypt.checkpw(b"loader-Secret-1", lines["megahour-cache"].encode())
     assert not bcrypt.checkpw(b"admin-Secret-2", lines["megahour-cache"].encode())
+    # The page store: its page files only, GET only, from the worker's page store directory.
+    pages = front.split('location ~ "^/pages/', 1)[1].split("\n    }\n", 1)[0]
+    assert "paged_block_[0-9a-f]{16}_size_[0-9a-f]{16}/[0-9]+)$" in pages
+    assert "limit_except GET {" in pages and "try_files /var/lib/megahour/nvme0/$1 =404;" in pages
+    assert "auth_basic_user_file /etc/nginx/megahour-alluxio-pages.htpasswd;" in pages
+    user, ssha = (render.out / "front-pages.htpasswd").read_text().strip().split(":", 1)
+    assert user == "megahour-cache" and ssha.startswith("{SSHA}")
+    cache = yaml.safe_load((render.out / "cache.yml").read_text())
+    assert cache["page_store_dirs"] == ["/var/lib/megahour/nvme0"] and cache["remote_pages"] is True
+    assert cache["local_worker"] == "ctl" and cache["metadata_ttl_s"] == 60
+    assert site["alluxio.worker.page.store.local.store.file.buckets"] == "1000"
+    assert site["alluxio.user.file.metadata.sync.interval"] == "60s"
+    # Local reads off: no page store served, none named to the loader.
+    render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_local_reads_enabled=False)
+    assert "/pages/" not in (render.out / "front.conf").read_text()
+    cache = yaml.safe_load((render.out / "cache.yml").read_text())
+    assert cache["page_store_dirs"] == [] and cache["remote_pages"] is False and cache["local_worker"] == ""
     # Off, the HTTP listeners stay on the cluster address, as Alluxio serves them.
     site, _ = render({"cluster": ["ctl"], "controller": ["ctl"], "compute": ["ctl"]}, alluxio_https=False)
     assert site["alluxio.proxy.web.bind.host"] == site["alluxio.worker.hostname"]

@@ -32,7 +32,8 @@ def _fast_path_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--no-fast-path",
         action="store_true",
-        help="read this node's own page ranges through its proxy too, not the FUSE mount (baseline)",
+        help="read every page range through its owner's proxy, none from page stores or the FUSE mount "
+        "(the baseline)",
     )
 
 
@@ -238,6 +239,16 @@ def _cmd_limit(args: argparse.Namespace, console: Console) -> int:
     return 0
 
 
+def _page_store_bytes(client, stats: dict) -> int:
+    """The bytes read from page stores without a proxy, when the fast path reads them (the FUSE mount's go
+    through the worker, which counts them itself)."""
+    from megahour.delivery.pagestore import PageStoreFastPath
+
+    if not isinstance(client.fast_path, PageStoreFastPath):
+        return 0
+    return stats["fast_path_bytes"] + stats["remote_page_bytes"]
+
+
 def _epoch_report(refs, delivered, steps, before, after, hit_ratio) -> dict:
     by_worker = {
         name: count - before["bytes_by_worker"].get(name, 0)
@@ -256,6 +267,8 @@ def _epoch_report(refs, delivered, steps, before, after, hit_ratio) -> dict:
         # This node's own page ranges read from the FUSE mount, and those it could not serve (the proxy did).
         "fast_path_bytes": after["fast_path_bytes"] - before["fast_path_bytes"],
         "fast_path_misses": after["fast_path_misses"] - before["fast_path_misses"],
+        "remote_page_bytes": after["remote_page_bytes"] - before["remote_page_bytes"],
+        "remote_page_misses": after["remote_page_misses"] - before["remote_page_misses"],
         "under_store_bytes": under_store_bytes,
         "bytes_by_worker": by_worker,
         "bytes": read_bytes,
@@ -299,7 +312,11 @@ def _cmd_read(args: argparse.Namespace, console: Console) -> int:
                 steps = loader.simulate_steps(samples, args.step_time, record)
             after = client.stats.to_dict()
             hit_ratio = (
-                status.hit_ratio_between(snapshot, status.collect(client.config))
+                status.hit_ratio_between(
+                    snapshot,
+                    status.collect(client.config),
+                    _page_store_bytes(client, after) - _page_store_bytes(client, before),
+                )
                 if snapshot is not None
                 else None
             )

@@ -89,6 +89,15 @@ class CacheConfig:
     # namespace's root is mounted through FUSE on this node; either empty: every read goes to a proxy.
     local_worker: str = ""
     fuse_root: str = ""
+    # The other local fast path (pagestore.py), tried first: the local worker's page store directories
+    # (readable by the loader's group), its file buckets, and how long an object's id and length are
+    # kept (Alluxio's metadata sync interval); no directories: not used.
+    page_store_dirs: tuple[str, ...] = ()
+    page_store_file_buckets: int = 1000
+    metadata_ttl_s: float = 60.0
+    # Whether the workers' HTTPS fronts serve their page stores (``/pages/``, roles/alluxio): then a page
+    # range another worker owns is read from its pages over HTTPS too, the proxy only for what it lacks.
+    remote_pages: bool = False
 
     @classmethod
     def from_dict(cls, data: dict, source: str = "cache config") -> CacheConfig:
@@ -112,6 +121,10 @@ class CacheConfig:
                 ca_file=str(data.get("ca_file", "") or ""),
                 local_worker=str(data.get("local_worker", "") or ""),
                 fuse_root=str(data.get("fuse_root", "") or "").rstrip("/"),
+                page_store_dirs=tuple(str(d).rstrip("/") for d in data.get("page_store_dirs") or ()),
+                page_store_file_buckets=int(data.get("page_store_file_buckets", 1000)),
+                metadata_ttl_s=float(data.get("metadata_ttl_s", 60.0)),
+                remote_pages=bool(data.get("remote_pages", False)),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise DeliveryError(
@@ -157,6 +170,10 @@ class CacheConfig:
             "ca_file": self.ca_file,
             "local_worker": self.local_worker,
             "fuse_root": self.fuse_root,
+            "page_store_dirs": list(self.page_store_dirs),
+            "page_store_file_buckets": self.page_store_file_buckets,
+            "metadata_ttl_s": self.metadata_ttl_s,
+            "remote_pages": self.remote_pages,
         }
 
     def save(self, path: str | Path) -> None:
@@ -239,9 +256,13 @@ class ClientStats:
     bytes_by_worker: Counter = field(default_factory=Counter)
     under_store_bytes: int = 0
     fallbacks: int = 0  # pieces whose owner failed and which the under-store served
-    # What this node's own worker served through the FUSE mount (counted in bytes_by_worker too).
+    # What this node's own worker's pages served, from its page store or FUSE mount, without its proxy
+    # (counted in bytes_by_worker too).
     fast_path_bytes: int = 0
-    fast_path_misses: int = 0  # local pieces the mount could not serve, which the proxy then did
+    fast_path_misses: int = 0  # local pieces the fast path could not serve, which the proxy then did
+    # What other workers' page stores served through their fronts (counted in bytes_by_worker too).
+    remote_page_bytes: int = 0
+    remote_page_misses: int = 0  # remote pieces their pages could not serve, which their proxies then did
 
     def to_dict(self) -> dict:
         return {
@@ -253,6 +274,8 @@ class ClientStats:
             "fallbacks": self.fallbacks,
             "fast_path_bytes": self.fast_path_bytes,
             "fast_path_misses": self.fast_path_misses,
+            "remote_page_bytes": self.remote_page_bytes,
+            "remote_page_misses": self.remote_page_misses,
         }
 
 
@@ -270,7 +293,8 @@ class CacheClient:
     ) -> None:
         """``bypass``: read everything from the under-store directly (the no-cache baseline; then the
         config may list no workers, as ``direct_client``'s does). ``fast_path``: read this node's own page
-        ranges through the FUSE mount when the config names one (False: every read through a proxy)."""
+        ranges from its worker's page store, or else through the FUSE mount, when the config names one
+        (False: every read through a proxy)."""
         if not config.workers and not bypass:
             raise DeliveryError(
                 "the cache config lists no workers: deploy roles/alluxio on the compute nodes"
@@ -285,10 +309,8 @@ class CacheClient:
         self._lock = threading.Lock()
         self.stats = ClientStats()
         self.fast_path = None
-        if fast_path and not bypass and config.fuse_root and config.local_worker in self._by_name:
-            from megahour.delivery.fastpath import LocalFastPath
-
-            self.fast_path = LocalFastPath(config.fuse_root, config.retry_down_after_s, clock=clock)
+        if fast_path and not bypass:
+            self.fast_path = _fast_path(config, self.transport, self._by_name, clock)
 
     def down(self) -> frozenset[str]:
         """Workers found down and not yet due for another try."""
@@ -335,10 +357,11 @@ class CacheClient:
         name, run_pieces = run
         whole = Piece(run_pieces[0].page_range, run_pieces[0].offset, sum(p.length for p in run_pieces))
         fell_back = False
-        if name is not None and self.fast_path is not None and name == self.config.local_worker:
-            data = self._read_fast(key, whole)
+        source = self._fast_source(name)
+        if source is not None:
+            data = self._read_fast(key, whole, None if source == "local" else name)
             if data is not None:
-                self._count(run_pieces, data, worker=name, fast=True)
+                self._count(run_pieces, data, worker=name, fast=source)
                 return data
         if name is not None:
             try:
@@ -355,17 +378,28 @@ class CacheClient:
         self._count(run_pieces, data, fell_back=fell_back)
         return data
 
+    def _fast_source(self, name: str | None) -> str | None:
+        """How the fast path may read ``name``'s page range: ``local`` (this node's worker), ``remote``
+        (another worker's pages through its front), or None (its proxy only)."""
+        if name is None or self.fast_path is None:
+            return None
+        if name == self.config.local_worker and getattr(self.fast_path, "local", True):
+            return "local"
+        if getattr(self.fast_path, "remote", None) is not None:
+            return "remote"
+        return None
+
     def _count(
         self,
         run_pieces: list[Piece],
         data: bytes,
         *,
         worker: str | None = None,
-        fast: bool = False,
+        fast: str | None = None,
         fell_back: bool = False,
     ) -> None:
-        """One request's share of the stats: from ``worker`` (through its FUSE mount when ``fast``), else
-        from the under-store (after the owner failed when ``fell_back``)."""
+        """One request's share of the stats: from ``worker`` (from its pages without its proxy when ``fast``
+        is local or remote), else from the under-store (after the owner failed when ``fell_back``)."""
         with self._lock:
             self.stats.pieces += len(run_pieces)
             self.stats.requests += 1
@@ -374,22 +408,29 @@ class CacheClient:
                 self.stats.fallbacks += len(run_pieces) if fell_back else 0
             else:
                 self.stats.bytes_by_worker[worker] += len(data)
-                self.stats.fast_path_bytes += len(data) if fast else 0
+                self.stats.fast_path_bytes += len(data) if fast == "local" else 0
+                self.stats.remote_page_bytes += len(data) if fast == "remote" else 0
 
-    def _read_fast(self, key: str, whole: Piece) -> bytes | None:
-        """The run from the FUSE mount, or None when the mount cannot serve it (the proxy then does). A
-        short read is the mount's metadata gone stale (an object replaced within its cache time): not
-        served, the proxy (which asks the master each time) reads it, and the stale entry is counted."""
+    def _read_fast(self, key: str, whole: Piece, worker: str | None = None) -> bytes | None:
+        """The run from this node's fast path (or ``worker``'s pages), or None when it cannot serve it (the
+        proxy then does). A short read is stale metadata (an object replaced within its cache time): not
+        served, the proxy (which asks the master each time) reads it, and the miss is counted."""
         from megahour.delivery.fastpath import FastPathUnavailable
 
         try:
-            data = self.fast_path.read(key, whole.offset, whole.length)
+            if worker is None:
+                data = self.fast_path.read(key, whole.offset, whole.length)
+            else:
+                data = self.fast_path.read(key, whole.offset, whole.length, worker)
         except FastPathUnavailable:
             data = None
         if data is not None and len(data) == whole.length:
             return data
         with self._lock:
-            self.stats.fast_path_misses += 1
+            if worker is None:
+                self.stats.fast_path_misses += 1
+            else:
+                self.stats.remote_page_misses += 1
         return None
 
     @staticmethod
@@ -399,6 +440,46 @@ class CacheClient:
                 f"{key}: {where} returned {len(data)} of {piece.length} bytes at offset {piece.offset}; "
                 "the object is shorter than the read (a stale manifest?)"
             )
+
+
+def _fast_path(
+    config: CacheConfig, transport: Transport, by_name: dict[str, Worker], clock: Callable[[], float]
+):
+    """This node's fast path: page stores (its worker's, read as files, and with ``remote_pages`` the other
+    workers', through their fronts; object lengths from a HEAD through a proxy, file ids from the master's
+    listing), or else its FUSE mount; None when the config names neither."""
+    local = config.local_worker in by_name
+    if (config.page_store_dirs and local) or (config.remote_pages and by_name):
+        from megahour.delivery.pagestore import ObjectMetadata, PageStoreFastPath
+        from megahour.delivery.status import namespace_lister
+
+        head_from = by_name.get(config.local_worker) or next(iter(by_name.values()))
+        metadata = ObjectMetadata(
+            namespace_lister(config),
+            lambda key: transport.proxy_head(head_from, key),
+            ttl_s=config.metadata_ttl_s,
+            clock=clock,
+        )
+        remote = None
+        if config.remote_pages:
+
+            def remote(worker: str, path: str, offset: int, length: int, page_length: int) -> bytes | None:
+                return transport.page_get(by_name[worker], path, offset, length, page_length)
+
+        return PageStoreFastPath(
+            config.page_store_dirs if local else (),
+            config.geometry,
+            metadata,
+            config.page_store_file_buckets,
+            config.retry_down_after_s,
+            clock,
+            remote,
+        )
+    if config.fuse_root and local:
+        from megahour.delivery.fastpath import LocalFastPath
+
+        return LocalFastPath(config.fuse_root, config.retry_down_after_s, clock=clock)
+    return None
 
 
 class _Connection(http.client.HTTPConnection):
@@ -496,6 +577,12 @@ class HttpTransport:
         return self._get(base_url, path, {"Range": f"bytes={offset}-{offset + length - 1}"}, signed=signed)
 
     def _get(self, base_url: str, path: str, extra: dict[str, str], *, signed: bool) -> tuple[int, bytes]:
+        status, _, body = self._request("GET", base_url, path, extra, signed=signed)
+        return status, body
+
+    def _request(
+        self, method: str, base_url: str, path: str, extra: dict[str, str], *, signed: bool
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
         credentials = self.credentials() if signed else None
         for attempt in (1, 2):
             conn, prefix = self._connection(base_url)
@@ -507,11 +594,11 @@ class HttpTransport:
 
                 # Signed per request (a retry too): the signature carries the time, which the proxy checks.
                 host = urllib.parse.urlsplit(base_url).netloc
-                headers.update(sigv4.sign("GET", host, target, credentials=credentials))
+                headers.update(sigv4.sign(method, host, target, credentials=credentials))
             try:
-                conn.request("GET", target, headers=headers)
+                conn.request(method, target, headers=headers)
                 response = conn.getresponse()
-                return response.status, response.read()
+                return response.status, response.headers, response.read()
             except (OSError, http.client.HTTPException) as exc:
                 self._drop(base_url)
                 # A kept-alive connection the server has since closed fails on first use. That is not
@@ -549,6 +636,42 @@ class HttpTransport:
             )
         # 5xx (and anything unexpected) means this worker cannot serve now; the under-store can.
         raise WorkerUnavailable(f"worker {worker.name} answered {status}: {data[:200]!r}")
+
+    def proxy_head(self, worker: Worker, key: str) -> int:
+        """The object's length, as the worker's proxy (and so the master) knows it now."""
+        status, headers, _ = self._request("HEAD", f"{worker.proxy_url}/api/v1/s3", key, {}, signed=True)
+        if status != 200:
+            raise WorkerUnavailable(f"worker {worker.name} answered {status} to HEAD {key}")
+        return int(headers["Content-Length"])
+
+    def page_get(
+        self, worker: Worker, page_path: str, offset: int, length: int, page_length: int
+    ) -> bytes | None:
+        """Part of a page from ``worker``'s page store, through its node's HTTPS front (``/pages/``, HTTP
+        basic auth with the proxies' key); None when it does not hold the whole page (not cached, being
+        written) or cannot answer (its proxy is asked next, and says whether the worker is down)."""
+        headers = {"Range": f"bytes={offset}-{offset + length - 1}", **self._basic_auth()}
+        try:
+            status, response, body = self._request(
+                "GET", f"{worker.proxy_url}/pages", page_path, headers, signed=False
+            )
+        except (OSError, http.client.HTTPException):
+            return None
+        if status == 206:
+            total = (response.get("Content-Range") or "").rpartition("/")[2]
+            return body if total == str(page_length) and len(body) == length else None
+        if status == 200 and len(body) == page_length:  # a whole page asked for
+            return body[offset : offset + length]
+        return None
+
+    def _basic_auth(self) -> dict[str, str]:
+        credentials = self.credentials()
+        if credentials is None:
+            return {}
+        import base64
+
+        pair = f"{credentials.access_key_id}:{credentials.secret_access_key}".encode()
+        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
 
     def proxy_check(self, worker: Worker) -> str:
         """``ok`` when the worker's proxy lists its buckets for this client's key; else what went wrong."""

@@ -126,9 +126,11 @@ def summarize(
     return CacheStatus(master=master_url, version=str(master_info.get("version", "")), workers=out)
 
 
-def hit_ratio_between(before: CacheStatus, after: CacheStatus) -> float | None:
-    """Hit ratio of the reads between two snapshots, per worker, ignoring a worker whose counters reset."""
-    hits = misses = 0
+def hit_ratio_between(before: CacheStatus, after: CacheStatus, local_hits: int = 0) -> float | None:
+    """Hit ratio of the reads between two snapshots, per worker, ignoring a worker whose counters reset.
+    ``local_hits``: bytes this client read from its own worker's page store meanwhile (the fast path), which
+    no worker counts: hits all, as only cached pages are read there."""
+    hits, misses = local_hits, 0
     earlier = {w.name: w for w in before.workers}
     for w in after.workers:
         b = earlier.get(w.name)
@@ -221,3 +223,47 @@ def find_leader(
         f"of {len(masters)} masters) up: check `systemctl status alluxio-master` on each master host, "
         "or wait for the election to end"
     )
+
+
+# Files per page of the master's directory listing; a directory of episodes may hold thousands.
+LISTING_PAGE = 5000
+
+
+def namespace_lister(
+    config: CacheConfig, get_json: Callable[[str, float], dict] | None = None
+) -> Callable[[str], dict[str, int]]:
+    """``list_dir(alluxio_dir)``: the Alluxio file id of each file in the directory, from the leading
+    master's directory listing (its web port's ``webui_browse``, the one endpoint of Alluxio 2.9 that gives
+    files' ids over HTTP), a page of ``LISTING_PAGE`` files per call. For the page store fast path
+    (pagestore.py), which needs a file's id to find its blocks' pages."""
+    get = get_json or web_reader(config)
+    masters = config.masters()
+    if not masters:
+        raise DeliveryError("the cache config names no master (master_url): deploy roles/alluxio")
+    state = {"leader": masters[0]}
+
+    def list_dir(directory: str) -> dict[str, int]:
+        ids: dict[str, int] = {}
+        offset = 0
+        while True:
+            query = urllib.parse.urlencode({"path": directory, "offset": offset, "limit": LISTING_PAGE})
+            try:
+                page = get(f"{state['leader']}/api/v1/master/webui_browse?{query}", config.timeout_s)
+            except (OSError, urllib.error.URLError, ValueError):
+                # Not the leader any more (a failover), or down: find the one that answers.
+                state["leader"], _ = find_leader(masters, get, config.timeout_s)
+                page = get(f"{state['leader']}/api/v1/master/webui_browse?{query}", config.timeout_s)
+            error = (
+                page.get("invalidPathError") or page.get("fatalError") or page.get("accessControlException")
+            )
+            if error:
+                raise DeliveryError(f"the master's listing of {directory}: {error}")
+            infos = page.get("fileInfos") or []
+            for info in infos:
+                if not info.get("isDirectory"):
+                    ids[str(info["name"])] = int(info["id"])
+            offset += len(infos)
+            if not infos or offset >= int(page.get("ntotalFile") or 0):
+                return ids
+
+    return list_dir

@@ -42,3 +42,17 @@ def bcrypt_hash(password: str, seed: str, cost: int = 10, account: str = "an acc
             "set a shorter one"
         )
     return bcrypt.hashpw(secret, salt_for(seed, cost)).decode()
+
+
+def ssha_hash(password: str, seed: str, account: str = "an account") -> str:
+    """nginx's ``{SSHA}`` (salted SHA-1) form of ``password``, its 8-byte salt from ``seed``: for basic auth
+    that is checked on every small request (a page of the cache), where bcrypt's tens of milliseconds would
+    cost more than the request. Only for random keys (the proxies' 40-character secrets): a fast hash of
+    a password a person chose could be guessed from the file."""
+    secret = password.encode()
+    if len(secret) < 20:
+        raise WebPasswordError(
+            f"the secret of {account} is {len(secret)} bytes; a fast hash needs a random key of 20 or more"
+        )
+    salt = hashlib.sha256(seed.encode()).digest()[:8]
+    return "{SSHA}" + base64.b64encode(hashlib.sha1(secret + salt).digest() + salt).decode()
