@@ -256,7 +256,7 @@ def delivery_limit(results: dict, out_dir: Path) -> list[Path]:
     if proxy:  # since the fast path (issue 28): the same passes with every range through a proxy
         rows.append(("warm cache, proxies only", proxy["mb_per_s"], proxy.get("mb_per_s_per_core"), "C1"))
     rows.append(
-        ("warm cache, fast path" if proxy else "warm cache (the S3 proxies)", warm, warm_per_core, "C0")
+        ("warm cache, page stores" if proxy else "warm cache (the S3 proxies)", warm, warm_per_core, "C0")
     )
     fig, axes = _figure(ncols=2, size=(12, 4.5))
     for ax, column, xlabel in (

@@ -186,3 +186,18 @@ def test_the_page_store_is_closed_to_accounts_outside_the_loaders_group(host):
         assert (store.user, store.group, store.mode) == ("alluxio", "megahour", 0o750)
         refused = host.run(f"runuser -u nobody -- ls {directory}")
         assert refused.rc != 0 and "Permission denied" in refused.stderr
+
+
+def test_the_page_store_is_served_to_proxy_keys_only_page_files_only(host):
+    # The page store fast path's remote reads: the worker's pages through its front, with a proxy key;
+    # nothing else of the store (no listing, no other file) and nothing without the key.
+    if "worker" not in daemons(host):
+        return
+    address = probe.cluster_address(host)
+    user, password = key(host)
+    page = f"https://{address}:{PROXY}/pages/LOCAL/1048576/0/paged_block_{0:016x}_size_{1:016x}/0"
+    assert probe.get(host, page)["status"] == 401
+    assert probe.get(host, page, user, "not-the-secret-but-forty-characters-long")["status"] == 401
+    assert probe.get(host, page, user, password)["status"] == 404  # no such page: not cached
+    for other in ("/pages/", "/pages/LOCAL/", "/pages/LOCAL/1048576/../../etc/passwd"):
+        assert probe.get(host, f"https://{address}:{PROXY}{other}", user, password)["status"] == 404, other

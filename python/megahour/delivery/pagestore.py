@@ -129,8 +129,7 @@ class ObjectMetadata:
         self._lock = threading.Lock()
         self._dirs: dict[str, tuple[float, dict[str, int]]] = {}
         self._lengths: dict[str, tuple[float, int]] = {}
-        self.master_calls = 0
-        self.length_calls = 0
+        self.calls = 0  # listings and HEADs asked for, all told
 
     def lookup(self, key: str) -> ObjectInfo | None:
         """The object's id and length, or None when the namespace does not list it."""
@@ -143,38 +142,24 @@ class ObjectMetadata:
         return ObjectInfo(ids[name], self._length(key))
 
     def _listing(self, directory: str, fresh_for: float) -> dict[str, int]:
-        now = self._clock()
-        with self._lock:
-            cached = self._dirs.get(directory)
-        if cached is not None and now - cached[0] < fresh_for:
-            return cached[1]
-        ids = self._list_dir(directory)
-        with self._lock:
-            self.master_calls += 1
-            self._dirs[directory] = (now, ids)
-        return ids
+        return self._cached(self._dirs, directory, fresh_for, self._list_dir)
 
     def _length(self, key: str) -> int:
+        return self._cached(self._lengths, key, self.ttl_s, self._object_length)
+
+    def _cached(self, table: dict, name: str, fresh_for: float, fetch: Callable):
+        """``table[name]`` when younger than ``fresh_for``, else ``fetch(name)`` (outside the lock: a slow
+        master holds up no other reader), kept with the time it was asked."""
         now = self._clock()
         with self._lock:
-            cached = self._lengths.get(key)
-        if cached is not None and now - cached[0] < self.ttl_s:
+            cached = table.get(name)
+        if cached is not None and now - cached[0] < fresh_for:
             return cached[1]
-        length = self._object_length(key)
+        value = fetch(name)
         with self._lock:
-            self.length_calls += 1
-            self._lengths[key] = (now, length)
-        return length
-
-    def forget(self, key: str) -> None:
-        """Drop what is known of ``key`` (its page files did not match: the next read asks again)."""
-        directory, _ = posixpath.split("/" + key.lstrip("/"))
-        with self._lock:
-            self._lengths.pop(key, None)
-            cached = self._dirs.get(directory)
-            if cached is not None:
-                # Due for a relist, not a full one each time: the listing is one call for the directory.
-                self._dirs[directory] = (min(cached[0], self._clock() - self.relist_after_s), cached[1])
+            self.calls += 1
+            table[name] = (now, value)
+        return value
 
 
 # A read of part of one page from another node's page store: (worker, the page's path below the store,
