@@ -350,3 +350,38 @@ def test_reads_run_in_threads_alongside(tmp_path) -> None:
         results = list(pool.map(lambda span: fast.read(KEY, *span), spans * 4))
     assert results == [DATA[o : o + n] for o, n in spans * 4]
     assert os.listdir(tmp_path / "nvme0")  # the store is untouched by reading
+
+
+@pytest.fixture
+def closed_store(monkeypatch):
+    """Page files this process may not open (its user outside the loader's group); ``reopen()`` ends it."""
+    real_open = os.open
+
+    def refused(path, flags, *args):
+        if "LOCAL" in str(path):
+            raise PermissionError(13, "Permission denied")
+        return real_open(path, flags, *args)
+
+    monkeypatch.setattr(os, "open", refused)
+    return lambda: monkeypatch.setattr(os, "open", real_open)
+
+
+def test_a_store_this_user_may_not_read_sends_reads_to_the_proxies_and_says_why(
+    tmp_path, closed_store
+) -> None:
+    clock = FakeClock()
+    fast, _ = _fast_path(tmp_path, clock)
+    with pytest.raises(FastPathUnavailable, match="alluxio_client_group"):
+        fast.read(KEY, 0, 10)
+    assert not fast.available()  # aside for retry_after_s, not asked again on every read
+    closed_store()
+    clock.now += 10
+    assert fast.read(KEY, 0, 10) == DATA[:10]
+
+
+def test_the_client_reads_through_the_proxy_when_the_page_store_is_closed_to_it(
+    tmp_path, closed_store
+) -> None:
+    client, _ = _client(tmp_path)
+    assert client.read(KEY, 0, len(DATA)) == DATA
+    assert client.stats.fast_path_bytes == 0 and client.stats.fast_path_misses > 0

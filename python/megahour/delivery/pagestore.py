@@ -218,10 +218,8 @@ class PageStoreFastPath:
             raise FastPathUnavailable(errno.EAGAIN, self.last_error)
         try:
             info = self.metadata.lookup(key)
-        except Exception as exc:
-            with self._lock:
-                self._down_until = self._clock() + self.retry_after_s
-                self.last_error = f"metadata for {key}: {exc}"
+        except Exception as exc:  # whatever the metadata's failure, the proxies still serve
+            self._stand_aside(f"metadata for {key}: {exc}")
             raise FastPathUnavailable(errno.EAGAIN, self.last_error) from None
         if info is None:
             raise FastPathUnavailable(errno.ENOENT, f"{key}: not in the namespace's listing")
@@ -253,19 +251,32 @@ class PageStoreFastPath:
         return self.remote(worker, self.page_path(part), part.offset, part.length, part.page_length)
 
     def _read_page(self, part: PageRead) -> bytes | None:
-        """The page's bytes, or None when no directory holds the whole page."""
+        """The page's bytes, or None when no directory holds the whole page. A store this process may not
+        read (its user outside the loader's group), or a failing disk, puts the local reads aside for
+        ``retry_after_s``: the proxies serve meanwhile, and ``last_error`` says why."""
         relative = self.page_path(part)
         for root in self.dirs:
             try:
                 fd = os.open(root / relative, os.O_RDONLY)
             except FileNotFoundError:
                 continue
+            except OSError as exc:
+                self._stand_aside(f"{root}: {exc.strerror or exc!r} (is this user in alluxio_client_group?)")
+                raise FastPathUnavailable(exc.errno or errno.EIO, self.last_error) from None
             try:
                 # A page shorter than it should be is still being written: not served.
                 if os.fstat(fd).st_size != part.page_length:
                     return None
                 data = os.pread(fd, part.length, part.offset)
+            except OSError as exc:
+                self._stand_aside(f"{root / relative}: {exc.strerror or exc!r}")
+                raise FastPathUnavailable(exc.errno or errno.EIO, self.last_error) from None
             finally:
                 os.close(fd)
             return data if len(data) == part.length else None
         return None
+
+    def _stand_aside(self, why: str) -> None:
+        with self._lock:
+            self._down_until = self._clock() + self.retry_after_s
+            self.last_error = why
