@@ -385,3 +385,11 @@ def test_the_client_reads_through_the_proxy_when_the_page_store_is_closed_to_it(
     client, _ = _client(tmp_path)
     assert client.read(KEY, 0, len(DATA)) == DATA
     assert client.stats.fast_path_bytes == 0 and client.stats.fast_path_misses > 0
+
+
+def test_a_job_s_environment_can_turn_the_fast_path_off(tmp_path, monkeypatch) -> None:
+    client, _ = _client(tmp_path)
+    monkeypatch.setenv("MEGAHOUR_CACHE_FAST_PATH", "off")
+    assert CacheClient(client.config, HeadTransport({KEY: DATA})).fast_path is None
+    monkeypatch.setenv("MEGAHOUR_CACHE_FAST_PATH", "on")
+    assert isinstance(CacheClient(client.config, HeadTransport({KEY: DATA})).fast_path, PageStoreFastPath)

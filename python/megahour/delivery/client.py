@@ -36,6 +36,8 @@ from megahour.delivery.pages import DEFAULT_PAGE_SIZE, Geometry, Piece, pieces
 DEFAULT_CONFIG = Path("/etc/megahour/cache.yml")
 # The proxies' key for this client, when not from the credentials file (a lab's own job, a test).
 ACCESS_KEY_ENV = "MEGAHOUR_CACHE_ACCESS_KEY_ID"
+# "off" in a job's environment: every read through a proxy, as with --no-fast-path (a job file's env:).
+FAST_PATH_ENV = "MEGAHOUR_CACHE_FAST_PATH"
 SECRET_KEY_ENV = "MEGAHOUR_CACHE_SECRET_ACCESS_KEY"
 # A worker that does not accept a connection in this long is down: a powered-off node never refuses,
 # and waiting the whole read timeout on each new connection to it would stall every reader.
@@ -309,6 +311,8 @@ class CacheClient:
         self._lock = threading.Lock()
         self.stats = ClientStats()
         self.fast_path = None
+        if os.environ.get(FAST_PATH_ENV, "").strip().lower() in ("off", "0", "false", "no"):
+            fast_path = False
         if fast_path and not bypass:
             self.fast_path = _fast_path(config, self.transport, self._by_name, clock)
 
