@@ -74,3 +74,12 @@ def tuned_episodes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, bytes]
         transcode.transcode(raw, tuned)
         out[f"storage/ep-{seed}.mcap"] = Path(tuned).read_bytes()
     return out
+
+
+def assert_local_ranges_skipped_the_proxy(client, transport: MemoryTransport, local: str, total: int) -> None:
+    """Every byte ``local`` owns came through the fast path, the rest through the others' proxies."""
+    assert all(worker != local for worker, *_ in transport.calls)
+    served = client.stats.fast_path_bytes
+    assert served > 0 and served == client.stats.bytes_by_worker[local]
+    assert served + sum(length for *_, length in transport.calls) == total
+    assert client.stats.fast_path_misses == 0

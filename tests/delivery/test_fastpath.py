@@ -11,7 +11,12 @@ import pytest
 
 from megahour.delivery.client import CacheClient, CacheConfig
 from megahour.delivery.fastpath import FastPathUnavailable, LocalFastPath
-from tests.delivery.conftest import FakeClock, MemoryTransport, make_config
+from tests.delivery.conftest import (
+    FakeClock,
+    MemoryTransport,
+    assert_local_ranges_skipped_the_proxy,
+    make_config,
+)
 
 DATA = bytes(range(256)) * 200  # 51,200 bytes: 13 pages of 4 KiB
 KEY = "storage/a.mcap"
@@ -39,11 +44,7 @@ def test_the_node_s_own_page_ranges_come_from_the_mount_the_rest_from_their_prox
     assert client.read(KEY, 100, 50000) == DATA[100:50100]
     local = [p for p in range(13) if client.ring.owner(KEY, p) == "gpu-2"]
     assert local, "the test needs gpu-2 to own a page"
-    assert all(worker != "gpu-2" for worker, *_ in transport.calls)
-    served = client.stats.fast_path_bytes
-    assert served > 0 and served == client.stats.bytes_by_worker["gpu-2"]
-    assert served + sum(length for *_, length in transport.calls) == 50000
-    assert client.stats.fast_path_misses == 0
+    assert_local_ranges_skipped_the_proxy(client, transport, "gpu-2", 50000)
 
 
 def test_without_the_fast_path_every_read_goes_to_a_proxy(mount) -> None:

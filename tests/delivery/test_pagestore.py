@@ -28,7 +28,12 @@ from megahour.delivery.pagestore import (
     page_reads,
 )
 from megahour.delivery.status import CacheStatus, WorkerStatus, hit_ratio_between, namespace_lister
-from tests.delivery.conftest import FakeClock, MemoryTransport, make_config
+from tests.delivery.conftest import (
+    FakeClock,
+    MemoryTransport,
+    assert_local_ranges_skipped_the_proxy,
+    make_config,
+)
 
 DATA_DIR = Path(__file__).parent / "data"
 REAL_GEOMETRY = Geometry(1 << 20, 4)  # the local cluster's: 1 MB pages, 4-page blocks
@@ -296,11 +301,7 @@ def test_the_client_reads_its_own_page_ranges_from_the_page_store_and_the_rest_f
     client, transport = _client(tmp_path)
     assert isinstance(client.fast_path, PageStoreFastPath)
     assert client.read(KEY, 100, 50000) == DATA[100:50100]
-    assert all(worker != "gpu-2" for worker, *_ in transport.calls)
-    served = client.stats.fast_path_bytes
-    assert served > 0 and served == client.stats.bytes_by_worker["gpu-2"]
-    assert served + sum(length for *_, length in transport.calls) == 50000
-    assert client.stats.fast_path_misses == 0
+    assert_local_ranges_skipped_the_proxy(client, transport, "gpu-2", 50000)
 
 
 def test_a_page_range_not_in_the_page_store_is_read_through_the_proxy(tmp_path) -> None:
