@@ -240,6 +240,17 @@ def proxy_credentials(config: CacheConfig, environ: dict[str, str] | None = None
     return Credentials(str(data["access_key_id"]), str(data["secret_access_key"]))
 
 
+def basic_auth_headers(credentials) -> dict[str, str]:
+    """HTTP basic auth with the proxies' key (its id and secret), as the cache's HTTPS front checks it on
+    the web ports and the page stores; none without a key."""
+    if credentials is None:
+        return {}
+    import base64
+
+    pair = f"{credentials.access_key_id}:{credentials.secret_access_key}".encode()
+    return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+
+
 class ProxyRefused(DeliveryError):
     """A proxy refused a request (403): the key, its permissions or the clock is wrong, not the worker."""
 
@@ -529,6 +540,7 @@ class HttpTransport:
         self._credentials_loaded = False
         self._credentials_lock = threading.Lock()
         self._context = None  # one TLS context (its CAs loaded once) for every thread's connections
+        self._auth_headers: dict[str, str] | None = None
 
     def credentials(self):
         """The proxies' key, read once (None: unsigned requests)."""
@@ -669,13 +681,10 @@ class HttpTransport:
         return None
 
     def _basic_auth(self) -> dict[str, str]:
-        credentials = self.credentials()
-        if credentials is None:
-            return {}
-        import base64
-
-        pair = f"{credentials.access_key_id}:{credentials.secret_access_key}".encode()
-        return {"Authorization": "Basic " + base64.b64encode(pair).decode()}
+        # Built once: it goes with every remote page, and the key does not change under a running client.
+        if self._auth_headers is None:
+            self._auth_headers = basic_auth_headers(self.credentials())
+        return self._auth_headers
 
     def proxy_check(self, worker: Worker) -> str:
         """``ok`` when the worker's proxy lists its buckets for this client's key; else what went wrong."""

@@ -22,6 +22,7 @@ from megahour.delivery.client import (
     DeliveryError,
     HttpTransport,
     Worker,
+    basic_auth_headers,
     proxy_credentials,
     tls_context,
 )
@@ -156,14 +157,8 @@ def web_reader(config: CacheConfig) -> Callable[[str, float], dict]:
     as the front's password file holds them); plain, as Alluxio serves them, otherwise."""
     if not config.master_url.startswith("https://"):
         return _get_json
-    import base64
-
     context = tls_context(config)
-    credentials = proxy_credentials(config)
-    headers = {}
-    if credentials is not None:
-        pair = f"{credentials.access_key_id}:{credentials.secret_access_key}".encode()
-        headers["Authorization"] = "Basic " + base64.b64encode(pair).decode()
+    headers = basic_auth_headers(proxy_credentials(config))
 
     def get_json(url: str, timeout: float) -> dict:
         request = urllib.request.Request(url, headers=headers)
