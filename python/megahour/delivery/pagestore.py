@@ -1,4 +1,5 @@
-"""The local fast path: page ranges this node owns, read straight from its worker's page store.
+"""The page store fast path: page ranges read straight from their owners' Alluxio page files (this node's
+as files, other workers' through their HTTPS front), not through the S3 proxies.
 
 Alluxio 2.9's paged worker store (``alluxio.worker.block.store.type=PAGE``, ``page.store.type=LOCAL``)
 keeps each cached page of a block as a file of its own::
@@ -7,19 +8,19 @@ keeps each cached page of a block as a file of its own::
 
 where BUCKET is Java's ``String.hashCode`` of the block's directory name modulo
 ``alluxio.worker.page.store.local.store.file.buckets`` (read off a 2.9.6 worker's store:
-tests/fixtures/alluxio/). A block's id is its file's id with the block's index in the low 24 bits
+tests/delivery/data/). A block's id is its file's id with the block's index in the low 24 bits
 (Alluxio's ``BlockId``: 40 bits of container, 24 of sequence). So a page range this node's worker
 caches is a ``pread`` of local files, with no HTTP, no proxy and no worker in the way, once the file's
 id and length are known; those come from the metadata (``ObjectMetadata``), cached for
 ``ttl_s``: the master is asked once per directory, not once per read.
 
-Why serving these files is safe: a block id is never reused for other bytes (a replaced object is a new
-file with a new id, and its blocks new ids), so a page file that holds the whole page holds the right
-bytes. The worker writes a page in place, so a page being written reads short: any page file shorter
-than the page, or missing (evicted, never cached), sends the piece to the proxy, which reads it through
-the worker and caches it again. An object replaced in the under-store is served from its old pages for
-at most ``ttl_s`` (the role sets it to Alluxio's own metadata sync interval, within which the proxy
-serves the old pages too).
+Why serving these files is safe: a block id is never reused for other bytes within a journal (a replaced
+object is a new file with a new id, and its blocks new ids; a journal reset empties the page stores), so
+a page file that holds the whole page holds the right bytes. The worker writes a page in place, so a page
+being written reads short: any page file shorter than the page, or missing (evicted, never cached), sends
+the piece to the proxy, which reads it through the worker and caches it again. An object replaced in the
+under-store is served from its old pages for at most ``ttl_s`` (the role sets it to Alluxio's own
+metadata sync interval, within which the proxy serves the old pages too).
 """
 
 from __future__ import annotations

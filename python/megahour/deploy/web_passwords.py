@@ -52,7 +52,8 @@ def ssha_hash(password: str, seed: str, account: str = "an account") -> str:
     secret = password.encode()
     if len(secret) < 20:
         raise WebPasswordError(
-            f"the secret of {account} is {len(secret)} bytes; a fast hash needs a random key of 20 or more"
+            f"the secret of {account} is {len(secret)} bytes; the page store's fast hash needs a random key "
+            "of 20 or more: set a longer one in alluxio_s3_credentials, or alluxio_local_reads_enabled: false"
         )
     salt = hashlib.sha256(seed.encode()).digest()[:8]
     return "{SSHA}" + base64.b64encode(hashlib.sha1(secret + salt).digest() + salt).decode()
